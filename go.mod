@@ -1,0 +1,3 @@
+module github.com/wovyr/wovyr
+
+go 1.26

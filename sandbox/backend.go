@@ -1,0 +1,84 @@
+package sandbox
+
+import (
+	"context"
+	"slices"
+)
+
+// Backend is one isolation technology. Implementations live in backend/<name>
+// and are wired explicitly in cmd/wovyr; there is no registration by init().
+type Backend interface {
+	// Name is the backend's stable name ("native", "wasm", …).
+	Name() string
+	// Strength is its fixed position on the isolation spectrum.
+	Strength() Strength
+	// Kinds lists the workload kinds it accepts, natural or through a runner.
+	Kinds() []WorkloadKind
+	// Probe says whether it works on this node right now. It must actually
+	// exercise the runtime (bounded by ctx), not just look for a binary.
+	Probe(ctx context.Context) Capability
+	// Prepare makes a warm, tenant-neutral sandbox for tmpl. Tenant policy
+	// is applied later, at Run.
+	Prepare(ctx context.Context, tmpl Template) (Sandbox, error)
+}
+
+// Capability is a probe's answer.
+type Capability struct {
+	Available bool   `json:"available"`
+	Reason    string `json:"reason,omitempty"` // why not, when unavailable
+	// Version identifies the runtime (e.g. "crun 1.8.1"); part of the
+	// certification key, so a runtime upgrade voids a certification.
+	Version string `json:"version,omitempty"`
+	// ConfigHash digests every setting that affects isolation (flags,
+	// profiles, limits policy); also part of the certification key.
+	ConfigHash string `json:"config_hash,omitempty"`
+	Accel      string `json:"accel,omitempty"` // "kvm", "tcg", "ptrace", "systrap", …
+	// Egress reports that the backend enforces non-empty allowlists. A
+	// backend without it accepts deny-all network policies only.
+	Egress   bool     `json:"egress"`
+	Features []string `json:"features,omitempty"`
+}
+
+// Accepts reports whether b takes workloads of kind k.
+func Accepts(b Backend, k WorkloadKind) bool { return slices.Contains(b.Kinds(), k) }
+
+// Template is what a warm sandbox is prepared for: tenant-neutral.
+type Template struct {
+	Kind  WorkloadKind `json:"kind"`
+	Image string       `json:"image,omitempty"` // root filesystem template
+	// Shape is the resource envelope the sandbox is sized for.
+	Limits Limits `json:"limits"`
+}
+
+// Sandbox is one prepared sandbox. It runs at most one invocation unless the
+// backend also implements Resetter; Destroy is idempotent and must release
+// everything the sandbox holds (processes, mounts, cgroups, files).
+type Sandbox interface {
+	// Run applies inv's policy and limits (claim time) and runs it. A nil
+	// error means the workload ran and Result says how it ended (its Class
+	// may be Timeout, OOM, …). A non-nil error means it could not run; it
+	// is typed (BadInput, Unenforceable, BackendFailure).
+	Run(ctx context.Context, inv *Invocation) (*Result, error)
+	// Destroy tears the sandbox down. It must succeed even if ctx is done.
+	Destroy(ctx context.Context) error
+}
+
+// Snapshotter is implemented by sandboxes that can be checkpointed and
+// restored into independent clones (later work).
+type Snapshotter interface {
+	Snapshot(ctx context.Context) (SnapshotRef, error)
+	Restore(ctx context.Context, ref SnapshotRef) (Sandbox, error)
+}
+
+// SnapshotRef names a stored snapshot.
+type SnapshotRef struct {
+	Backend string `json:"backend"`
+	ID      string `json:"id"`
+}
+
+// Resetter is implemented by sandboxes that can return to a verified clean,
+// tenant-neutral state after a run. Reset must verify, not assume: an error
+// means the sandbox must be destroyed.
+type Resetter interface {
+	Reset(ctx context.Context) error
+}

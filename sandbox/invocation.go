@@ -1,0 +1,278 @@
+package sandbox
+
+import (
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/wovyr/wovyr/netpolicy"
+	"github.com/wovyr/wovyr/resource"
+)
+
+// WorkloadKind says what an invocation runs.
+type WorkloadKind string
+
+// Workload kinds. A kind runs at its natural strength or at any stronger one
+// (a wasm module at gvisor runs through wovyr's wasm runner inside runsc).
+const (
+	KindCommand   WorkloadKind = "command"   // argv in a root filesystem
+	KindWasm      WorkloadKind = "wasm"      // a WASI preview1 core module
+	KindComponent WorkloadKind = "component" // a WebAssembly component (later)
+)
+
+// Input bounds. Anything larger is BadInput: inputs are held in memory and
+// recorded, so they must be bounded.
+const (
+	MaxArgs        = 4096
+	MaxArgBytes    = 256 << 10
+	MaxEnv         = 1024
+	MaxEnvBytes    = 256 << 10
+	MaxStdinBytes  = 16 << 20
+	MaxFiles       = 256
+	MaxFileBytes   = 64 << 20 // all files in, together
+	MaxOutputBytes = 64 << 20 // per stream cap ceiling
+)
+
+// Default limits applied where the caller leaves a limit zero. Zero never
+// means "unlimited": every workload is bounded.
+const (
+	DefaultWall   = 30 * time.Second
+	DefaultMemory = 256 << 20
+	DefaultPids   = 128
+	DefaultOutput = 1 << 20
+	DefaultNoFile = 256
+	DefaultDisk   = 64 << 20
+)
+
+// Invocation is one request to run a workload for a tenant.
+type Invocation struct {
+	ID        string          `json:"id,omitempty"` // assigned by wovyr if empty
+	Tenant    string          `json:"tenant"`
+	Workload  Workload        `json:"workload"`
+	Limits    Limits          `json:"limits"`
+	Policy    Policy          `json:"policy"`
+	Resources resource.Vector `json:"resources"`
+}
+
+// Workload is what runs.
+type Workload struct {
+	Kind WorkloadKind `json:"kind"`
+	// Image names the root filesystem template for command workloads on
+	// container and stronger backends. Empty means the backend's default.
+	// Native ignores it (a native process sees the host).
+	Image string `json:"image,omitempty"`
+	// Module is the wasm module's bytes for KindWasm.
+	Module []byte   `json:"module,omitempty"`
+	Argv   []string `json:"argv"`
+	// Env is the complete environment as KEY=VALUE; nothing is inherited.
+	Env   []string `json:"env,omitempty"`
+	Stdin []byte   `json:"stdin,omitempty"`
+	// Files are written into the workspace before the workload starts.
+	Files []File `json:"files,omitempty"`
+	// Collect names workspace files returned in Result.Files.
+	Collect []string `json:"collect,omitempty"`
+}
+
+// File is a file in the workspace. Path is relative to the workspace root,
+// clean, and never leaves it.
+type File struct {
+	Path string `json:"path"`
+	Data []byte `json:"data"`
+	Mode uint32 `json:"mode,omitempty"` // permission bits; zero means 0644
+}
+
+// Limits bound one invocation. A zero field takes the default above; a
+// negative one is BadInput.
+type Limits struct {
+	Wall   time.Duration `json:"wall,omitempty"`   // deadline from start
+	CPU    time.Duration `json:"cpu,omitempty"`    // CPU time (zero: only Wall bounds it)
+	Memory int64         `json:"memory,omitempty"` // bytes
+	Pids   int           `json:"pids,omitempty"`   // processes/threads
+	Disk   int64         `json:"disk,omitempty"`   // bytes writable (workspace, file size)
+	Fuel   uint64        `json:"fuel,omitempty"`   // wasm fuel (zero: unmetered)
+	Output int64         `json:"output,omitempty"` // bytes kept per stream
+	NoFile int           `json:"nofile,omitempty"` // open files
+}
+
+// WithDefaults returns l with every zero limit set to its default.
+func (l Limits) WithDefaults() Limits {
+	if l.Wall == 0 {
+		l.Wall = DefaultWall
+	}
+	if l.Memory == 0 {
+		l.Memory = DefaultMemory
+	}
+	if l.Pids == 0 {
+		l.Pids = DefaultPids
+	}
+	if l.Output == 0 {
+		l.Output = DefaultOutput
+	}
+	if l.NoFile == 0 {
+		l.NoFile = DefaultNoFile
+	}
+	if l.Disk == 0 {
+		l.Disk = DefaultDisk
+	}
+	return l
+}
+
+// Policy is what the caller demands of the sandbox.
+type Policy struct {
+	Trust      TrustClass       `json:"trust"`
+	Preference Strength         `json:"preference,omitempty"` // "at least this strong"
+	Floor      Strength         `json:"floor,omitempty"`      // explicit floor
+	Network    netpolicy.Policy `json:"network"`              // zero: deny all egress
+	Residency  string           `json:"residency,omitempty"`  // region constraint (later)
+}
+
+var tenantRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// ValidTenant reports whether name is a usable tenant name. Tenant names end
+// up in cgroup paths, file names and nft table names, so they are restricted.
+func ValidTenant(name string) bool { return tenantRE.MatchString(name) }
+
+// Validate checks inv without side effects. It returns a BadInput *Error that
+// names the offending field.
+func (inv *Invocation) Validate() error {
+	if !ValidTenant(inv.Tenant) {
+		return Errorf(BadInput, "tenant", "tenant %q must match %s", inv.Tenant, tenantRE)
+	}
+	if inv.ID != "" && !tenantRE.MatchString(inv.ID) {
+		return Errorf(BadInput, "id", "invocation id %q must match %s", inv.ID, tenantRE)
+	}
+	if err := inv.Workload.validate(); err != nil {
+		return err
+	}
+	if err := inv.Limits.validate(); err != nil {
+		return err
+	}
+	if !inv.Policy.Trust.Valid() {
+		return Errorf(BadInput, "policy.trust", "a trust class is required (trusted, internal, untrusted, hostile)")
+	}
+	if inv.Policy.Preference != 0 && !inv.Policy.Preference.Valid() {
+		return Errorf(BadInput, "policy.preference", "invalid strength %d", int(inv.Policy.Preference))
+	}
+	if inv.Policy.Floor != 0 && !inv.Policy.Floor.Valid() {
+		return Errorf(BadInput, "policy.floor", "invalid strength %d", int(inv.Policy.Floor))
+	}
+	if inv.Resources.Negative() {
+		return Errorf(BadInput, "resources", "resources must not be negative: %s", inv.Resources)
+	}
+	return nil
+}
+
+func (w *Workload) validate() error {
+	switch w.Kind {
+	case KindCommand:
+		if len(w.Argv) == 0 || w.Argv[0] == "" {
+			return Errorf(BadInput, "workload.argv", "argv must name a program")
+		}
+		if len(w.Module) != 0 {
+			return Errorf(BadInput, "workload.module", "a command workload takes no module")
+		}
+	case KindWasm, KindComponent:
+		if len(w.Module) == 0 {
+			return Errorf(BadInput, "workload.module", "a %s workload needs a module", w.Kind)
+		}
+	case "":
+		return Errorf(BadInput, "workload.kind", "a workload kind is required (command, wasm)")
+	default:
+		return Errorf(BadInput, "workload.kind", "unknown workload kind %q", w.Kind)
+	}
+	if len(w.Argv) > MaxArgs || totalLen(w.Argv) > MaxArgBytes {
+		return Errorf(BadInput, "workload.argv", "argv exceeds %d entries or %d bytes", MaxArgs, MaxArgBytes)
+	}
+	for _, a := range w.Argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return Errorf(BadInput, "workload.argv", "argv entries must not contain NUL")
+		}
+	}
+	if len(w.Env) > MaxEnv || totalLen(w.Env) > MaxEnvBytes {
+		return Errorf(BadInput, "workload.env", "env exceeds %d entries or %d bytes", MaxEnv, MaxEnvBytes)
+	}
+	for _, kv := range w.Env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.IndexByte(kv, 0) >= 0 {
+			return Errorf(BadInput, "workload.env", "env entry %q must be KEY=VALUE without NUL", kv)
+		}
+	}
+	if len(w.Stdin) > MaxStdinBytes {
+		return Errorf(BadInput, "workload.stdin", "stdin exceeds %d bytes", MaxStdinBytes)
+	}
+	if len(w.Files) > MaxFiles {
+		return Errorf(BadInput, "workload.files", "more than %d files", MaxFiles)
+	}
+	total := 0
+	for _, f := range w.Files {
+		if err := ValidatePath(f.Path); err != nil {
+			return Errorf(BadInput, "workload.files", "file %q: %v", f.Path, err)
+		}
+		if f.Mode&^0o777 != 0 {
+			return Errorf(BadInput, "workload.files", "file %q: mode %o has bits beyond 0777", f.Path, f.Mode)
+		}
+		total += len(f.Data)
+	}
+	if total > MaxFileBytes {
+		return Errorf(BadInput, "workload.files", "files exceed %d bytes together", MaxFileBytes)
+	}
+	for _, p := range w.Collect {
+		if err := ValidatePath(p); err != nil {
+			return Errorf(BadInput, "workload.collect", "path %q: %v", p, err)
+		}
+	}
+	return nil
+}
+
+func (l *Limits) validate() error {
+	switch {
+	case l.Wall < 0:
+		return Errorf(BadInput, "limits.wall", "must not be negative")
+	case l.CPU < 0:
+		return Errorf(BadInput, "limits.cpu", "must not be negative")
+	case l.Memory < 0:
+		return Errorf(BadInput, "limits.memory", "must not be negative")
+	case l.Pids < 0:
+		return Errorf(BadInput, "limits.pids", "must not be negative")
+	case l.Disk < 0:
+		return Errorf(BadInput, "limits.disk", "must not be negative")
+	case l.Output < 0:
+		return Errorf(BadInput, "limits.output", "must not be negative")
+	case l.Output > MaxOutputBytes:
+		return Errorf(BadInput, "limits.output", "must be at most %d bytes", MaxOutputBytes)
+	case l.NoFile < 0:
+		return Errorf(BadInput, "limits.nofile", "must not be negative")
+	case l.Memory != 0 && l.Memory < 1<<20:
+		return Errorf(BadInput, "limits.memory", "must be at least 1 MiB")
+	}
+	return nil
+}
+
+// ValidatePath checks a workspace-relative path: non-empty, relative, clean,
+// no "..". Symlink escapes are the backend's to refuse when it touches files.
+func ValidatePath(p string) error {
+	switch {
+	case p == "":
+		return Errorf(BadInput, "path", "empty path")
+	case strings.HasPrefix(p, "/"):
+		return Errorf(BadInput, "path", "absolute path")
+	case strings.IndexByte(p, 0) >= 0:
+		return Errorf(BadInput, "path", "NUL in path")
+	case path.Clean(p) != p:
+		return Errorf(BadInput, "path", "path is not clean (want %q)", path.Clean(p))
+	case p == ".." || strings.HasPrefix(p, "../"):
+		return Errorf(BadInput, "path", "path leaves the workspace")
+	case p == ".":
+		return Errorf(BadInput, "path", "path names the workspace itself")
+	}
+	return nil
+}
+
+func totalLen(ss []string) int {
+	n := 0
+	for _, s := range ss {
+		n += len(s)
+	}
+	return n
+}

@@ -1,0 +1,79 @@
+package sandbox
+
+import "time"
+
+// Result is what an invocation produced. Exactly one of "ran" (Class OK or a
+// workload-level class such as Timeout or OOM, with ExitCode/Signal) or
+// "failed before running" (Class BadInput, FloorUnmet, BackendFailure, Lost)
+// holds.
+type Result struct {
+	ID       string `json:"id,omitempty"`
+	ExitCode int    `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"` // e.g. "killed", when a signal ended it
+
+	Stdout          []byte `json:"stdout"`
+	Stderr          []byte `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	Files           []File `json:"files,omitempty"`
+
+	Usage   Usage   `json:"usage"`
+	Backend string  `json:"backend,omitempty"` // the backend that ran it
+	Accel   string  `json:"accel,omitempty"`   // e.g. "kvm" or "tcg" for microvm
+	Timings Timings `json:"timings"`
+
+	Class Class  `json:"class,omitempty"` // OK on a clean run, even with a non-zero exit
+	Error string `json:"error,omitempty"` // human detail for a non-OK class
+}
+
+// Usage is what the workload consumed.
+type Usage struct {
+	Wall       time.Duration `json:"wall"`
+	CPU        time.Duration `json:"cpu"`
+	PeakMemory int64         `json:"peak_memory"`
+	Fuel       uint64        `json:"fuel,omitempty"`
+}
+
+// Timings are the phase boundaries of one invocation. Zero means the phase
+// was not reached.
+type Timings struct {
+	Queued   time.Time `json:"queued,omitzero"`
+	Acquired time.Time `json:"acquired,omitzero"`
+	Started  time.Time `json:"started,omitzero"`
+	Finished time.Time `json:"finished,omitzero"`
+}
+
+// Capped is an io.Writer that keeps the first Limit bytes and counts the
+// rest, so output is never unbounded in memory yet always drained.
+type Capped struct {
+	Limit     int64
+	buf       []byte
+	Truncated bool
+}
+
+// Write keeps what fits and drops the rest; it never fails, so a producer
+// is never blocked by a full cap.
+func (c *Capped) Write(p []byte) (int, error) {
+	room := c.Limit - int64(len(c.buf))
+	if room <= 0 {
+		if len(p) > 0 {
+			c.Truncated = true
+		}
+		return len(p), nil
+	}
+	if int64(len(p)) > room {
+		c.buf = append(c.buf, p[:room]...)
+		c.Truncated = true
+		return len(p), nil
+	}
+	c.buf = append(c.buf, p...)
+	return len(p), nil
+}
+
+// Bytes returns what was kept. It is never nil.
+func (c *Capped) Bytes() []byte {
+	if c.buf == nil {
+		return []byte{}
+	}
+	return c.buf
+}
