@@ -85,7 +85,11 @@ func New(rel string, lim Limits) (*Group, error) {
 		}
 	}
 	for _, d := range g.dirs {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		err := os.MkdirAll(d, 0o755)
+		if errors.Is(err, os.ErrNotExist) {
+			err = os.MkdirAll(d, 0o755) // a sibling's Destroy removed a parent meanwhile
+		}
+		if err != nil {
 			g.remove()
 			return nil, fmt.Errorf("cgroup: create: %w", err)
 		}
@@ -274,6 +278,14 @@ func (g *Group) remove() error {
 	for _, d := range g.dirs {
 		if err := rmdirRetry(d); err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		// Drop now-empty parents (tenant dirs, the prefix); one that still
+		// has children refuses with EBUSY, which ends the climb.
+		for p, n := filepath.Dir(d), strings.Count(g.rel, "/"); n > 0; p, n = filepath.Dir(p), n-1 {
+			if syscall.Rmdir(p) != nil {
+				break
+			}
 		}
 	}
 	return errors.Join(errs...)
