@@ -94,7 +94,7 @@ func New(rel string, lim Limits) (*Group, error) {
 			return nil, fmt.Errorf("cgroup: create: %w", err)
 		}
 	}
-	if err := g.setLimits(lim); err != nil {
+	if err := g.SetLimits(lim); err != nil {
 		g.remove()
 		return nil, err
 	}
@@ -116,7 +116,8 @@ func (g *Group) ctrl(name string) string {
 	panic("cgroup: unknown controller " + name)
 }
 
-func (g *Group) setLimits(lim Limits) error {
+// SetLimits applies lim; zero fields are left as they are.
+func (g *Group) SetLimits(lim Limits) error {
 	type setting struct{ ctrl, file, val string }
 	var w []setting
 	if g.v2 {
@@ -208,6 +209,9 @@ func (g *Group) Stats() Stats {
 // Kill freezes the group, SIGKILLs every member and waits (bounded by ctx)
 // until it is empty. Freezing first means nothing can fork in between.
 func (g *Group) Kill(ctx context.Context) error {
+	if pids, err := g.Pids(); err == nil && len(pids) == 0 {
+		return nil // the common case after a clean exit: nothing to freeze
+	}
 	freeze := filepath.Join(g.ctrl("freezer"), "freezer.state")
 	frozen, thawed := "FROZEN", "THAWED"
 	if g.v2 {
