@@ -46,6 +46,7 @@ type Stats struct {
 	CPU        time.Duration
 	OOMKills   int // processes the kernel OOM-killed in this group
 	PidsMax    int // times a fork failed at pids.max
+	PeakPids   int // most tasks at once, where the kernel reports it
 }
 
 // Group is one cgroup, spanning the needed controllers.
@@ -197,12 +198,14 @@ func (g *Group) Stats() Stats {
 		s.CPU = time.Duration(keyed(filepath.Join(g.dirs[0], "cpu.stat"), "usage_usec")) * time.Microsecond
 		s.OOMKills = int(keyed(filepath.Join(g.dirs[0], "memory.events"), "oom_kill"))
 		s.PidsMax = int(keyed(filepath.Join(g.dirs[0], "pids.events"), "max"))
+		s.PeakPids = int(readInt(filepath.Join(g.dirs[0], "pids.peak")))
 		return s
 	}
 	s.PeakMemory = readInt(filepath.Join(g.ctrl("memory"), "memory.max_usage_in_bytes"))
 	s.CPU = time.Duration(readInt(filepath.Join(g.ctrl("cpuacct"), "cpuacct.usage")))
 	s.OOMKills = int(keyed(filepath.Join(g.ctrl("memory"), "memory.oom_control"), "oom_kill"))
 	s.PidsMax = int(keyed(filepath.Join(g.ctrl("pids"), "pids.events"), "max"))
+	s.PeakPids = int(readInt(filepath.Join(g.ctrl("pids"), "pids.peak")))
 	return s
 }
 
