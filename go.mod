@@ -2,4 +2,7 @@ module github.com/wovyr/wovyr
 
 go 1.26.0
 
-require golang.org/x/sys v0.50.0 // indirect
+require (
+	go.etcd.io/bbolt v1.5.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+)
