@@ -24,9 +24,9 @@ type fakeBackend struct {
 	prepared  int
 }
 
-func (f *fakeBackend) Name() string                        { return f.name }
-func (f *fakeBackend) Strength() sandbox.Strength          { return f.strength }
-func (f *fakeBackend) Kinds() []sandbox.WorkloadKind       { return f.kinds }
+func (f *fakeBackend) Name() string                  { return f.name }
+func (f *fakeBackend) Strength() sandbox.Strength    { return f.strength }
+func (f *fakeBackend) Kinds() []sandbox.WorkloadKind { return f.kinds }
 func (f *fakeBackend) Probe(context.Context) sandbox.Capability {
 	c := sandbox.Capability{Available: f.available, Version: "v1", ConfigHash: "h", Egress: f.egress}
 	if !f.available {
