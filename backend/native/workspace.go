@@ -14,7 +14,7 @@ import (
 )
 
 // maxInodes bounds files in a workspace (BATTERY 53), independent of size.
-const maxInodes = 65536
+const maxInodes = 16384
 
 // mountWorkspace mounts a tmpfs of size bytes, owned by uid:gid, at dir.
 // tmpfs pages are charged to the writer's memory cgroup, and size makes the
