@@ -96,3 +96,32 @@ func TestMarkLostAndPurge(t *testing.T) {
 		t.Fatalf("purged record still readable: %v", err)
 	}
 }
+
+func TestStartAndPurgeFinished(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	t0 := time.Unix(1000, 0)
+	for _, id := range []string{"old", "new", "running"} {
+		if err := s.Begin(&sandbox.Invocation{ID: id, Tenant: "t"}, Queued, t0); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(id, "native", t0.Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Transition("old", Done, &sandbox.Result{}, t0.Add(2*time.Second))
+	s.Transition("new", Done, &sandbox.Result{}, t0.Add(time.Hour))
+	rec, _ := s.Get("running")
+	if rec.State != Running || rec.Backend != "native" || len(rec.Transitions) != 2 || !rec.Finished().IsZero() {
+		t.Fatalf("running = %+v", rec)
+	}
+	n, err := s.PurgeFinished(t0.Add(time.Minute))
+	if err != nil || n != 1 {
+		t.Fatalf("purged %d %v, want only old", n, err)
+	}
+	for id, want := range map[string]bool{"old": false, "new": true, "running": true} {
+		if _, err := s.Get(id); (err == nil) != want {
+			t.Errorf("%s present=%v, want %v", id, err == nil, want)
+		}
+	}
+}

@@ -28,19 +28,28 @@ type node struct {
 // openNode constructs every backend and a manager that sees the current
 // certifications (a snapshot; the store is not held open).
 func openNode(g *globals) (*node, error) {
-	n := &node{g: g, log: g.logger()}
-	var err error
-	n.native, err = native.New(native.Config{ScratchDir: filepath.Join(g.stateDir, "scratch", "native"), Logger: n.log})
+	n, err := newNode(g, g.logger())
 	if err != nil {
 		return nil, err
 	}
-	n.backends = []sandbox.Backend{n.native}
 	certs, err := n.certs()
 	if err != nil {
 		return nil, err
 	}
 	n.mgr, err = manager.New(manager.Config{Backends: n.backends, Certs: certs, Logger: n.log})
 	return n, err
+}
+
+// newNode constructs every backend, without a manager.
+func newNode(g *globals, log *slog.Logger) (*node, error) {
+	n := &node{g: g, log: log}
+	var err error
+	n.native, err = native.New(native.Config{ScratchDir: filepath.Join(g.stateDir, "scratch", "native"), Logger: n.log})
+	if err != nil {
+		return nil, err
+	}
+	n.backends = []sandbox.Backend{n.native}
+	return n, nil
 }
 
 // withStore opens the state store for the duration of fn.

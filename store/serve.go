@@ -1,0 +1,58 @@
+package store
+
+import (
+	"encoding/json"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Start moves id to Running on backend.
+func (s *Store) Start(id, backend string, now time.Time) error {
+	return s.Update(id, func(rec *Invocation) error {
+		rec.State = Running
+		rec.Backend = backend
+		rec.Transitions = append(rec.Transitions, Transition{Running, now})
+		return nil
+	})
+}
+
+// Finished is when rec reached its terminal state; zero if it has not.
+func (rec *Invocation) Finished() time.Time {
+	if !rec.State.Terminal() || len(rec.Transitions) == 0 {
+		return time.Time{}
+	}
+	return rec.Transitions[len(rec.Transitions)-1].At
+}
+
+// PurgeFinished deletes records that reached a terminal state before cutoff
+// and returns how many. Unlike Purge it measures retention from the end of
+// an invocation, so a long run's result is kept as long as a short one's.
+func (s *Store) PurgeFinished(cutoff time.Time) (int, error) {
+	n := 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketInvocations)
+		var dead [][]byte
+		err := bk.ForEach(func(k, v []byte) error {
+			var rec Invocation
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return err
+			}
+			if f := rec.Finished(); !f.IsZero() && f.Before(cutoff) {
+				dead = append(dead, append([]byte(nil), k...))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range dead {
+			if err := bk.Delete(k); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
