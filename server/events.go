@@ -93,4 +93,3 @@ func emitChunks(emit func(client.Event), typ string, data []byte) {
 		data = data[n:]
 	}
 }
-
