@@ -52,10 +52,11 @@ func testConfig() config.Config {
 // harness is a real daemon on a loopback port: the native backend, a bbolt
 // store in a fresh state dir, certified by the real battery.
 type harness struct {
-	t     *testing.T
+	t     testing.TB
 	dir   string
 	url   string
 	store *store.Store
+	mgr   *manager.Manager
 	srv   *server.Server
 	stop  func() // graceful shutdown; waits for Run to return
 	spec  *spec
@@ -69,7 +70,7 @@ var (
 
 // certify runs the battery once per test binary; the record's key (backend
 // version, kernel, config hash) is the same for every harness's backend.
-func certify(t *testing.T, b *native.Backend) cert.Record {
+func certify(t testing.TB, b *native.Backend) cert.Record {
 	t.Helper()
 	certOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "wovyr-guest-test-")
@@ -97,7 +98,7 @@ func certify(t *testing.T, b *native.Backend) cert.Record {
 
 // stateDir is a fresh state dir that sandbox uids can traverse (not
 // t.TempDir(), whose parent is 0700).
-func stateDir(t *testing.T) string {
+func stateDir(t testing.TB) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("the daemon tests need root (CI runs as root)")
@@ -111,7 +112,7 @@ func stateDir(t *testing.T) string {
 	return dir
 }
 
-func newHarness(t *testing.T, cfg config.Config, dir string) *harness {
+func newHarness(t testing.TB, cfg config.Config, dir string) *harness {
 	t.Helper()
 	if dir == "" {
 		dir = stateDir(t)
@@ -146,7 +147,7 @@ func newHarness(t *testing.T, cfg config.Config, dir string) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx, ln) }()
-	h := &harness{t: t, dir: dir, url: "http://" + ln.Addr().String(), store: st, srv: srv, spec: loadSpec(t)}
+	h := &harness{t: t, dir: dir, url: "http://" + ln.Addr().String(), store: st, mgr: mgr, srv: srv, spec: loadSpec(t)}
 	var once sync.Once
 	h.stop = func() {
 		once.Do(func() {
@@ -218,7 +219,7 @@ var (
 	specErr  error
 )
 
-func loadSpec(t *testing.T) *spec {
+func loadSpec(t testing.TB) *spec {
 	specOnce.Do(func() {
 		openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.PlainBodyDecoder)
 		doc, err := openapi3.NewLoader().LoadFromData(server.OpenAPI)
@@ -239,7 +240,7 @@ func loadSpec(t *testing.T) *spec {
 // document: every response always, requests when they are meant to be
 // valid.
 type validating struct {
-	t        *testing.T
+	t        testing.TB
 	spec     *spec
 	requests bool
 }

@@ -81,10 +81,12 @@ func (s *Server) execute(j *job) {
 	}
 	admitted := time.Now()
 	j.started.Store(true)
-	if err := s.store.Start(inv.ID, b.Name(), admitted); err != nil {
-		s.log.Error("record start", "id", inv.ID, "error", err)
-	}
-	s.note.notify(inv.ID)
+	s.store.StartAsync(inv.ID, b.Name(), admitted, func(err error) {
+		if err != nil {
+			s.log.Error("record start", "id", inv.ID, "error", err)
+		}
+		s.note.notify(inv.ID)
+	})
 	s.met.phase(b.Name(), "queue", admitted.Sub(j.accepted))
 
 	sb, err := s.mgr.Prepare(j.ctx, b, manager.TemplateFor(inv))

@@ -63,7 +63,7 @@ func (s *Store) Begin(inv *sandbox.Invocation, st State, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.commit(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bucketInvocations)
 		if bk.Get([]byte(inv.ID)) != nil {
 			return fmt.Errorf("store: invocation %s already recorded", inv.ID)
@@ -75,28 +75,31 @@ func (s *Store) Begin(inv *sandbox.Invocation, st State, now time.Time) error {
 // Update applies fn to the record id inside one transaction. A record in a
 // terminal state is never changed again.
 func (s *Store) Update(id string, fn func(*Invocation) error) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bucketInvocations)
-		raw := bk.Get([]byte(id))
-		if raw == nil {
-			return fmt.Errorf("%w: invocation %s", ErrNotFound, id)
-		}
-		var rec Invocation
-		if err := json.Unmarshal(raw, &rec); err != nil {
-			return err
-		}
-		if rec.State.Terminal() {
-			return fmt.Errorf("store: invocation %s is already %s", id, rec.State)
-		}
-		if err := fn(&rec); err != nil {
-			return err
-		}
-		b, err := json.Marshal(rec)
-		if err != nil {
-			return err
-		}
-		return bk.Put([]byte(id), b)
-	})
+	return s.commit(func(tx *bolt.Tx) error { return s.update(tx, id, fn) })
+}
+
+// update applies fn to id inside tx; it fails before writing anything.
+func (s *Store) update(tx *bolt.Tx, id string, fn func(*Invocation) error) error {
+	bk := tx.Bucket(bucketInvocations)
+	raw := bk.Get([]byte(id))
+	if raw == nil {
+		return fmt.Errorf("%w: invocation %s", ErrNotFound, id)
+	}
+	var rec Invocation
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		return err
+	}
+	if rec.State.Terminal() {
+		return fmt.Errorf("store: invocation %s is already %s", id, rec.State)
+	}
+	if err := fn(&rec); err != nil {
+		return err
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return bk.Put([]byte(id), b)
 }
 
 // Transition moves id to st, attaching res (if non-nil).

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -36,7 +37,11 @@ var ErrNotFound = errors.New("store: not found")
 
 // Store is an open state store. It is safe for concurrent use.
 type Store struct {
-	db *bolt.DB
+	db      *bolt.DB
+	certMu  sync.RWMutex
+	certs   map[string]cert.Record // decoded certifications, by backend
+	writes  chan *write            // to the committer (invocation writes)
+	stopped chan struct{}
 }
 
 // Open opens (creating if needed) the store in dir, waiting up to wait for
@@ -66,22 +71,46 @@ func Open(dir string, wait time.Duration) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: init: %w", err)
 	}
-	return &Store{db: db}, nil
+	s := &Store{db: db, writes: make(chan *write), stopped: make(chan struct{})}
+	go s.committer()
+	return s, nil
 }
 
-// Close closes the store.
-func (s *Store) Close() error { return s.db.Close() }
+// Close closes the store. No write may be in progress or follow.
+func (s *Store) Close() error {
+	close(s.writes)
+	<-s.stopped
+	return s.db.Close()
+}
 
 // PutCert stores r as the current certification of its backend.
 func (s *Store) PutCert(r cert.Record) error {
+	s.certMu.Lock()
+	defer s.certMu.Unlock()
+	delete(s.certs, r.Backend)
 	return s.put(bucketCerts, r.Backend, r)
 }
 
-// Cert returns the certification of backend, or ErrNotFound.
+// Cert returns the certification of backend, or ErrNotFound. The manager
+// asks on every selection, so decoded records are cached; the process that
+// holds the store is its only writer, so the cache cannot go stale.
 func (s *Store) Cert(backend string) (cert.Record, error) {
-	var r cert.Record
-	err := s.get(bucketCerts, backend, &r)
-	return r, err
+	s.certMu.RLock()
+	r, ok := s.certs[backend]
+	s.certMu.RUnlock()
+	if ok {
+		return r, nil
+	}
+	s.certMu.Lock()
+	defer s.certMu.Unlock()
+	if err := s.get(bucketCerts, backend, &r); err != nil {
+		return cert.Record{}, err
+	}
+	if s.certs == nil {
+		s.certs = map[string]cert.Record{}
+	}
+	s.certs[backend] = r
+	return r, nil
 }
 
 // Certs returns every certification record.

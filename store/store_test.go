@@ -2,6 +2,8 @@ package store
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,5 +125,48 @@ func TestStartAndPurgeFinished(t *testing.T) {
 		if _, err := s.Get(id); (err == nil) != want {
 			t.Errorf("%s present=%v, want %v", id, err == nil, want)
 		}
+	}
+}
+
+// TestGroupCommitIsolatesErrors: concurrent writes share transactions, yet
+// a failing write (a duplicate id) fails alone and every other lands.
+func TestGroupCommitIsolatesErrors(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	now := time.Unix(1000, 0)
+	const n = 200
+	errs := make([]error, 2*n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 2 * n {
+		wg.Go(func() {
+			<-start
+			id := fmt.Sprint("id", i%n) // each id twice: one Begin must fail
+			if errs[i] = s.Begin(&sandbox.Invocation{ID: id, Tenant: "t"}, Queued, now); errs[i] == nil {
+				errs[i] = s.Transition(id, Done, &sandbox.Result{ExitCode: i % n}, now)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+		}
+	}
+	if failed != n {
+		t.Fatalf("%d writes failed, want exactly the %d duplicates", failed, n)
+	}
+	count := 0
+	s.Each(func(rec Invocation) error {
+		count++
+		if rec.State != Done || fmt.Sprint("id", rec.Result.ExitCode) != rec.ID || len(rec.Transitions) != 2 {
+			t.Errorf("record %+v", rec)
+		}
+		return nil
+	})
+	if count != n {
+		t.Fatalf("%d records, want %d", count, n)
 	}
 }

@@ -1,0 +1,155 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wovyr/wovyr/client"
+	"github.com/wovyr/wovyr/config"
+	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/server"
+	"github.com/wovyr/wovyr/store"
+)
+
+// loadN is how many invocations each load round submits at once.
+const loadN = 1000
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+func msf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// BenchmarkServeLoad is the bounded load run: loadN concurrent submissions
+// of a trivial native tool (/bin/true) through the daemon on loopback, and
+// the same tool through the in-process path (manager.Run under the same
+// concurrency bound), measured side by side in one run; then one at a time,
+// both ways. Every daemon submission must end done with exit 0, with exactly
+// one record each. Run with -benchtime=1x.
+func BenchmarkServeLoad(b *testing.B) {
+	cfg := testConfig()
+	for i := range cfg.Tenants {
+		cfg.Tenants[i].Rate, cfg.Tenants[i].Burst, cfg.Tenants[i].MaxPending = 1e9, 1<<30, 1<<30
+	}
+	cfg.Concurrency = config.Default().Concurrency
+	h := newHarness(b, cfg, "")
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: loadN, MaxConnsPerHost: 0}}
+	alice := client.New(h.url, aliceToken, hc)
+	ctx := context.Background()
+	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	_ = quiet
+
+	daemonOne := func() (time.Duration, string, error) {
+		start := time.Now()
+		rec, err := alice.Submit(ctx, command("/bin/true"), time.Minute)
+		for err == nil && !client.Terminal(rec.State) {
+			rec, err = alice.Get(ctx, rec.ID, time.Minute)
+		}
+		if err == nil && (rec.State != client.StateDone || rec.Result.ExitCode != 0 || rec.Result.Class != sandbox.OK) {
+			b.Errorf("daemon run %s: %s %+v", rec.ID, rec.State, rec.Result)
+		}
+		return time.Since(start), rec.ID, err
+	}
+	sem := make(chan struct{}, cfg.Concurrency)
+	inprocOne := func() (time.Duration, error) {
+		start := time.Now()
+		sem <- struct{}{}
+		defer func() { <-sem }()
+		inv := command("/bin/true")
+		inv.Tenant = "alice"
+		res, err := h.mgr.Run(ctx, inv)
+		if err == nil && (res.ExitCode != 0 || res.Class != sandbox.OK) {
+			b.Errorf("in-process run: %+v", res)
+		}
+		return time.Since(start), err
+	}
+	round := func(one func() (time.Duration, error)) ([]time.Duration, time.Duration) {
+		lat := make([]time.Duration, loadN)
+		var wg sync.WaitGroup
+		start := time.Now()
+		gate := make(chan struct{})
+		for i := range loadN {
+			wg.Go(func() {
+				<-gate
+				d, err := one()
+				if err != nil {
+					b.Error(err)
+				}
+				lat[i] = d
+			})
+		}
+		close(gate) // release all at once
+		wg.Wait()
+		return lat, time.Since(start)
+	}
+
+	for b.Loop() {
+		var mu sync.Mutex
+		ids := map[string]int{}
+		dLat, dWall := round(func() (time.Duration, error) {
+			d, id, err := daemonOne()
+			mu.Lock()
+			ids[id]++
+			mu.Unlock()
+			return d, err
+		})
+		iLat, iWall := round(inprocOne)
+		if b.Failed() {
+			b.FailNow()
+		}
+		// No lost, no duplicated record: loadN distinct ids, each recorded
+		// once, done.
+		if len(ids) != loadN {
+			b.Fatalf("%d distinct ids for %d submissions", len(ids), loadN)
+		}
+		found := 0
+		err := h.store.Each(func(rec store.Invocation) error {
+			if _, ok := ids[rec.ID]; ok {
+				found++
+				if rec.State != store.Done || rec.Result.ExitCode != 0 || len(rec.Transitions) != 3 {
+					b.Errorf("record %s: %s %v", rec.ID, rec.State, rec.Transitions)
+				}
+			}
+			return nil
+		})
+		if err != nil || found != loadN {
+			b.Fatalf("%d of %d records found (%v)", found, loadN, err)
+		}
+		// One at a time: per-invocation overhead without queueing.
+		const seqN = 50
+		var dSeq, iSeq []time.Duration
+		for range seqN {
+			d, _, err := daemonOne()
+			if err != nil {
+				b.Fatal(err)
+			}
+			dSeq = append(dSeq, d)
+			d, err = inprocOne()
+			if err != nil {
+				b.Fatal(err)
+			}
+			iSeq = append(iSeq, d)
+		}
+		b.ReportMetric(float64(loadN)/dWall.Seconds(), "daemon_inv/s")
+		b.ReportMetric(float64(loadN)/iWall.Seconds(), "inproc_inv/s")
+		b.ReportMetric(msf(percentile(dLat, 0.5)), "daemon_p50_ms")
+		b.ReportMetric(msf(percentile(dLat, 0.99)), "daemon_p99_ms")
+		b.ReportMetric(msf(percentile(iLat, 0.5)), "inproc_p50_ms")
+		b.ReportMetric(msf(percentile(iLat, 0.99)), "inproc_p99_ms")
+		b.ReportMetric(float64(percentile(dLat, 0.5))/float64(percentile(iLat, 0.5)), "p50_ratio")
+		b.ReportMetric(msf(percentile(dSeq, 0.5)), "seq_daemon_p50_ms")
+		b.ReportMetric(msf(percentile(dSeq, 0.99)), "seq_daemon_p99_ms")
+		b.ReportMetric(msf(percentile(iSeq, 0.5)), "seq_inproc_p50_ms")
+		b.ReportMetric(msf(percentile(iSeq, 0.99)), "seq_inproc_p99_ms")
+		b.ReportMetric(float64(percentile(dSeq, 0.5))/float64(percentile(iSeq, 0.5)), "seq_p50_ratio")
+	}
+	_ = server.OpenAPI
+}
