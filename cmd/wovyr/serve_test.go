@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -110,7 +111,9 @@ func pidsOf(pattern string) []int {
 
 // TestCrashRestartMarksLost kills the daemon with SIGKILL in the middle of
 // an invocation and restarts it on the same state dir: the invocation reads
-// lost/daemon-restart, its process is gone, finished records survive.
+// lost/daemon-restart, its process is gone, finished records survive. Then,
+// on the same certified node: a local run beside the daemon fails fast, and
+// `wovyr run --remote` prints and exits exactly as a local run.
 func TestCrashRestartMarksLost(t *testing.T) {
 	wovyr, guest := buildBinaries(t)
 	state, err := os.MkdirTemp("", "wovyr-crash-test-")
@@ -191,7 +194,49 @@ func TestCrashRestartMarksLost(t *testing.T) {
 	if code := exitCode(err); code != exitBackendFailure || !strings.Contains(string(out), "--remote") || time.Since(start) > 5*time.Second {
 		t.Fatalf("local run beside the daemon: exit %d after %s: %s", code, time.Since(start), out)
 	}
+
+	// wovyr run --remote prints what a local run prints and exits alike.
+	cases := [][]string{
+		{"--trust", "trusted", "--", "/bin/sh", "-c", "echo out; echo err >&2; exit 3"},
+		{"--trust", "untrusted", "--", "/bin/true"},
+		{"--trust", "trusted", "--", "no-such-tool"},
+		{"--trust", "trusted", "--timeout", "200ms", "--", "/bin/sleep", "5"},
+		{"--trust", "trusted", "--memory", "10", "--", "/bin/true"},
+		{"--trust", "trusted", "--json", "--", "/bin/sh", "-c", "exit 4"},
+	}
+	type outcome struct {
+		stdout, stderr string
+		code           int
+	}
+	run := func(args ...string) outcome {
+		cmd := exec.Command(wovyr, append([]string{"--state-dir", state, "run"}, args...)...)
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		return outcome{o.String(), e.String(), exitCode(err)}
+	}
+	var remote []outcome
+	for _, args := range cases {
+		remote = append(remote, run(append([]string{"--remote", d.url}, args...)...))
+	}
 	d.stop(t)
+	for i, args := range cases {
+		local := run(args...)
+		r := remote[i]
+		if strings.Contains(strings.Join(args, " "), "--json") { // ids, timings and digests differ
+			var lj, rj struct {
+				ExitCode int    `json:"exit_code"`
+				Backend  string `json:"backend"`
+			}
+			json.Unmarshal([]byte(local.stdout), &lj)
+			json.Unmarshal([]byte(r.stdout), &rj)
+			local.stdout, r.stdout = fmt.Sprint(lj), fmt.Sprint(rj)
+		}
+		t.Logf("wovyr run %v: %+v", args, local)
+		if local != r {
+			t.Errorf("wovyr run %v:\nlocal  %+v\nremote %+v", args, local, r)
+		}
+	}
 }
 
 // confined reports whether pids is one process, no longer traced, and in
