@@ -1,3 +1,3 @@
 module github.com/wovyr/wovyr
 
-go 1.26
+go 1.26.0
