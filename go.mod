@@ -1,3 +1,5 @@
 module github.com/wovyr/wovyr
 
 go 1.26.0
+
+require golang.org/x/sync v0.25.0
