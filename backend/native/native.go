@@ -1,0 +1,148 @@
+// Package native is the weakest backend: the workload is a host process. It
+// exists for trusted (first-party) code, where a process boundary is enough
+// and start-up cost matters most.
+//
+// What it promises, and tests: the environment is exactly the invocation's;
+// the process runs as an unprivileged uid in a fresh workspace (a tmpfs sized
+// to the disk limit) inside its own cgroup (memory, pids, CPU) and session,
+// with rlimits applied before its first instruction; it has its own empty
+// network namespace, so it has no egress at all; the cgroup finds and kills
+// every descendant at the end, double-forked daemons included.
+//
+// What it does not promise: a private view of the host filesystem, /proc or
+// IPC. That is what the stronger backends are for, and why the manager only
+// lets trusted code land here.
+//
+// # Why ptrace at start
+//
+// Limits must hold from the first instruction, but os/exec runs no code
+// between fork and exec and cgroup v1 cannot place a child at clone time.
+// Starting the child traced stops it right after execve; wovyr then sets its
+// rlimits, moves it into its cgroup and detaches. This costs one stop and
+// costs far less than re-executing a helper binary.
+package native
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/wovyr/wovyr/cgroup"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// Config configures the native backend. The zero Config is usable.
+type Config struct {
+	// ScratchDir holds per-sandbox workspaces. Zero means
+	// os.TempDir()/wovyr-native.
+	ScratchDir string
+	// UID and GID run the workload. Zero means 65534 (nobody) when wovyr
+	// runs as root, else wovyr's own ids.
+	UID, GID uint32
+	// Logger receives lifecycle logs. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Backend runs workloads as host processes.
+type Backend struct {
+	scratch   string
+	uid, gid  uint32
+	log       *slog.Logger
+	homeNetns *os.File // wovyr's own network namespace, to return threads to
+}
+
+// New returns a native backend.
+func New(cfg Config) (*Backend, error) {
+	home, err := os.Open("/proc/self/ns/net")
+	if err != nil {
+		return nil, fmt.Errorf("native: open own netns: %w", err)
+	}
+	b := &Backend{scratch: cfg.ScratchDir, uid: cfg.UID, gid: cfg.GID, log: cfg.Logger, homeNetns: home}
+	if b.scratch == "" {
+		b.scratch = filepath.Join(os.TempDir(), "wovyr-native")
+	}
+	if b.uid == 0 && b.gid == 0 {
+		if os.Geteuid() == 0 {
+			b.uid, b.gid = 65534, 65534
+		} else {
+			b.uid, b.gid = uint32(os.Geteuid()), uint32(os.Getegid())
+		}
+	}
+	if b.log == nil {
+		b.log = slog.Default()
+	}
+	return b, nil
+}
+
+// Name implements sandbox.Backend.
+func (b *Backend) Name() string { return "native" }
+
+// Strength implements sandbox.Backend.
+func (b *Backend) Strength() sandbox.Strength { return sandbox.Native }
+
+// Kinds implements sandbox.Backend.
+func (b *Backend) Kinds() []sandbox.WorkloadKind { return []sandbox.WorkloadKind{sandbox.KindCommand} }
+
+// version changes whenever what the backend enforces changes, voiding
+// earlier certifications.
+const version = "wovyr-native/1"
+
+// Probe runs /bin/true through the full path: cgroup, traced start,
+// workspace mount.
+func (b *Backend) Probe(ctx context.Context) sandbox.Capability {
+	capa := sandbox.Capability{Version: version, ConfigHash: b.configHash(), Features: []string{"cgroup-v1"}}
+	if cgroup.V2() {
+		capa.Features = []string{"cgroup-v2"}
+	}
+	if os.Geteuid() != 0 {
+		capa.Reason = "needs root: cgroups, tmpfs workspaces and uid switching"
+		return capa
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	sb, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
+	if err != nil {
+		capa.Reason = err.Error()
+		return capa
+	}
+	defer sb.Destroy(context.WithoutCancel(ctx))
+	res, err := sb.Run(ctx, &sandbox.Invocation{
+		Tenant:   "wovyr-probe",
+		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: []string{"/bin/true"}},
+		Policy:   sandbox.Policy{Trust: sandbox.Trusted},
+	})
+	switch {
+	case err != nil:
+		capa.Reason = err.Error()
+	case res.Class != sandbox.OK || res.ExitCode != 0:
+		capa.Reason = fmt.Sprintf("probe run of /bin/true: class %q exit %d: %s", res.Class, res.ExitCode, res.Error)
+	default:
+		capa.Available = true
+	}
+	return capa
+}
+
+func (b *Backend) configHash() string {
+	h := sha256.Sum256(fmt.Appendf(nil, "%s uid=%d gid=%d netns=new ws=tmpfs rlimits=core0,nofile,fsize,cpu", version, b.uid, b.gid))
+	return hex.EncodeToString(h[:8])
+}
+
+// Prepare makes a tenant-neutral sandbox: an empty, mounted workspace. The
+// cgroup is created at Run, when the tenant (and so its path) is known.
+func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.Sandbox, error) {
+	if tmpl.Kind != "" && tmpl.Kind != sandbox.KindCommand {
+		return nil, sandbox.Errorf(sandbox.BadInput, "workload.kind", "native runs command workloads, not %s", tmpl.Kind)
+	}
+	return newSandbox(b, sandbox.NewID(), tmpl)
+}
+
+// Reconcile removes workspaces left by a crashed wovyr (unmounting them
+// first) and the cgroups below cgroup.Prefix.
+func (b *Backend) Reconcile(ctx context.Context) error {
+	return reconcileScratch(b.scratch)
+}
