@@ -19,9 +19,10 @@ import (
 type tenantBackend struct {
 	name    string
 	factory func(t *testing.T) Factory // may t.Skip when the runtime is absent
-	// leaks marks a positive control: a sandbox that lies about its reset,
-	// so B must find every canary — proof that the scan can see them.
-	leaks bool
+	// found is what B's scan must report; empty means nothing. Positive
+	// controls (a lying reset, a destroy that is skipped) set it, proving
+	// that the scan sees the canaries where they survive.
+	found string
 }
 
 // plantScript runs as tenant A with SECRET=<canary> in its environment. It
@@ -36,12 +37,16 @@ sh -c 'while :; do sleep 1; done' "$SECRET" >/dev/null 2>&1 </dev/null &
 echo planted`
 
 // scanScript runs as tenant B. $1 is a pattern that matches the canary but
-// does not contain it (wovyrcanar[y]…), so the scan never finds itself.
+// does not contain it (wovyrcanar[y]…), so the scan never finds itself. It
+// looks where an adversary would: its workspace, its environment, its
+// memory segment, every /tmp/wovyr-* path — including workspaces it can
+// only find through the mount table — and every process's argv and environ.
 const scanScript = `P="$1"; found=""
 grep -rqsa -e "$P" . && found="$found files"
 env | grep -qa -e "$P" && found="$found env"
 if [ -n "$WOVYR_MEM" ]; then grep -qsa -e "$P" "$WOVYR_MEM" && found="$found memory"; fi
-for d in /tmp/wovyr-* ${TMPDIR:+"$TMPDIR"}; do grep -rqsa -e "$P" "$d" && { found="$found tmp"; break; }; done
+mounts=$(while read -r _ mp _; do case "$mp" in /tmp/wovyr-*) echo "$mp";; esac; done </proc/self/mounts)
+for d in /tmp/wovyr-* $mounts ${TMPDIR:+"$TMPDIR"}; do grep -rqsa -e "$P" "$d" && { found="$found tmp"; break; }; done
 for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do grep -qsa -e "$P" "$f" && { found="$found process"; break; }; done
 echo "found:$found"`
 
@@ -73,7 +78,7 @@ func TestNoCrossTenantCarryOver(t *testing.T) {
 				t.Fatal("tenant A did not get the warm sandbox")
 			}
 			used := la.st.sb
-			a := command("tenant-a", []string{"SECRET=" + canary}, "/bin/sh", "-c", plantScript)
+			a := command("tenant-a", []string{"PATH=/usr/bin:/bin", "SECRET=" + canary}, "/bin/sh", "-c", plantScript)
 			if res, err := la.Run(ctx, a); err != nil || res.ExitCode != 0 || string(res.Stdout) != "planted\n" {
 				t.Fatalf("tenant A: %v %+v stderr %q", err, res, resStderr(res))
 			}
@@ -96,15 +101,12 @@ func TestNoCrossTenantCarryOver(t *testing.T) {
 			if same := lb.st.sb == used; same != resets {
 				t.Fatalf("B got A's used sandbox: %v; the sandbox is a Resetter: %v", same, resets)
 			}
-			b := command("tenant-b", nil, "/bin/sh", "-c", scanScript, "scan", pattern)
+			b := command("tenant-b", []string{"PATH=/usr/bin:/bin"}, "/bin/sh", "-c", scanScript, "scan", pattern)
 			res, err := lb.Run(ctx, b)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := "found:\n"
-			if tb.leaks {
-				want = "found: files env memory tmp process\n"
-			}
+			want := "found:" + tb.found + "\n"
 			if string(res.Stdout) != want {
 				t.Fatalf("tenant B's scan: got %q, want %q (stderr %q)", res.Stdout, want, res.Stderr)
 			}
@@ -114,7 +116,7 @@ func TestNoCrossTenantCarryOver(t *testing.T) {
 			if err := p.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if r := hostResidue(canary); len(r) != 0 {
+			if r := hostResidue(canary); tb.found == "" && len(r) != 0 {
 				t.Fatalf("after Close the canary is still on the host: %v", r)
 			}
 		})
@@ -137,7 +139,7 @@ func resStderr(r *sandbox.Result) string {
 }
 
 // hostResidue lists where canary survives on the host: processes (argv or
-// environ) and files under /tmp/wovyr-* and /dev/shm/wovyr-*.
+// environ) and files in test and native workspaces.
 func hostResidue(canary string) []string {
 	var found []string
 	c := []byte(canary)
@@ -152,7 +154,7 @@ func hostResidue(canary string) []string {
 			}
 		}
 	}
-	for _, glob := range []string{"/tmp/wovyr-pooltest-*", "/dev/shm/wovyr-pooltest-*"} {
+	for _, glob := range []string{"/tmp/wovyr-pooltest-*", "/dev/shm/wovyr-pooltest-*", "/tmp/wovyr-native/*"} {
 		dirs, _ := filepath.Glob(glob)
 		for _, d := range dirs {
 			filepath.WalkDir(d, func(path string, de os.DirEntry, err error) error {
