@@ -50,19 +50,14 @@ type Config struct {
 
 // Backend runs workloads as host processes.
 type Backend struct {
-	scratch   string
-	uid, gid  uint32
-	log       *slog.Logger
-	homeNetns *os.File // wovyr's own network namespace, to return threads to
+	scratch  string
+	uid, gid uint32
+	log      *slog.Logger
 }
 
 // New returns a native backend.
 func New(cfg Config) (*Backend, error) {
-	home, err := os.Open("/proc/self/ns/net")
-	if err != nil {
-		return nil, fmt.Errorf("native: open own netns: %w", err)
-	}
-	b := &Backend{scratch: cfg.ScratchDir, uid: cfg.UID, gid: cfg.GID, log: cfg.Logger, homeNetns: home}
+	b := &Backend{scratch: cfg.ScratchDir, uid: cfg.UID, gid: cfg.GID, log: cfg.Logger}
 	if b.scratch == "" {
 		b.scratch = filepath.Join(os.TempDir(), "wovyr-native")
 	}
@@ -75,6 +70,13 @@ func New(cfg Config) (*Backend, error) {
 	}
 	if b.log == nil {
 		b.log = slog.Default()
+	}
+	// Traversable, not listable, by the workload's uid.
+	if err := os.MkdirAll(b.scratch, 0o711); err != nil {
+		return nil, fmt.Errorf("native: scratch dir: %w", err)
+	}
+	if err := os.Chmod(b.scratch, 0o711); err != nil {
+		return nil, fmt.Errorf("native: scratch dir: %w", err)
 	}
 	return b, nil
 }

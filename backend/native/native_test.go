@@ -117,8 +117,8 @@ func TestPidsLimitHolds(t *testing.T) {
 }
 
 func TestRunsUnprivilegedWithoutNetwork(t *testing.T) {
-	res := run(t, newBackend(t), inv("/bin/sh", "-c", "id -u; id -G; cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '; grep CapEff /proc/self/status"))
-	want := "65534\n65534\nlo\nCapEff:\t0000000000000000\n"
+	res := run(t, newBackend(t), inv("/bin/sh", "-c", "id -u; id -G; cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '; grep -E 'CapEff|NoNewPrivs' /proc/self/status"))
+	want := "65534\n65534\nlo\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n"
 	if string(res.Stdout) != want {
 		t.Fatalf("got %q, want %q", res.Stdout, want)
 	}

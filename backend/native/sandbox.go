@@ -58,7 +58,7 @@ func newSandbox(b *Backend, id string, tmpl sandbox.Template) (_ *nativeSandbox,
 	if s.group, err = cgroup.New(fmt.Sprintf("%s/native/%s", cgroup.Prefix, id), cgroup.Limits{}); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: cgroup")
 	}
-	if s.netns, err = newNetns(b.homeNetns); err != nil {
+	if s.netns, err = newNetns(); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: netns")
 	}
 	return s, nil
@@ -125,7 +125,6 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setsid:     true,
 		Credential: &syscall.Credential{Uid: s.b.uid, Gid: s.b.gid, Groups: []uint32{}},
-		Pdeathsig:  syscall.SIGKILL,
 	}
 	rl := rlimits{noFile: uint64(lim.NoFile), fsize: uint64(lim.Disk)}
 	if lim.CPU > 0 {
@@ -133,7 +132,7 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	}
 	res := &sandbox.Result{ID: inv.ID, Backend: s.b.Name()}
 	res.Timings.Started = time.Now()
-	if err := startConfined(cmd, s.group, rl, s.b.uid, s.b.gid, s.netns, s.b.homeNetns); err != nil {
+	if err := (spawn{netns: s.netns, group: s.group, limits: rl, uid: s.b.uid, gid: s.b.gid}).start(cmd); err != nil {
 		if st, serr := os.Stat(prog); serr != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
 			return nil, sandbox.Wrap(sandbox.BadInput, err, "workload.argv: cannot execute %s", prog)
 		}

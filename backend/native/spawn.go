@@ -13,6 +13,22 @@ import (
 	"github.com/wovyr/wovyr/cgroup"
 )
 
+// onThrowawayThread runs fn on an OS thread that dies afterwards.
+//
+// Network namespace, no_new_privs and credentials are per-thread in Linux
+// and inherited by children forked from that thread. wovyr changes them on a
+// locked thread, forks, and then lets the goroutine exit still locked, which
+// makes the Go runtime terminate the thread: no tainted thread ever runs
+// other goroutines, and there is nothing to restore that could fail.
+func onThrowawayThread(fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread exits with us
+		done <- fn()
+	}()
+	return <-done
+}
+
 // rlimits applied to every workload before its first instruction.
 type rlimits struct {
 	noFile uint64
@@ -20,87 +36,82 @@ type rlimits struct {
 	cpu    uint64 // seconds; zero means unset
 }
 
-// startConfined starts cmd stopped at its execve (traced), applies rl and
-// moves it into g, then lets it run. On error the child is killed.
+// spawn is everything a workload's process gets before its first
+// instruction.
+type spawn struct {
+	netns    *os.File
+	group    *cgroup.Group
+	limits   rlimits
+	uid, gid uint32
+}
+
+// start starts cmd confined: forked inside the sandbox's network namespace
+// with no_new_privs, stopped at its execve (traced), given its rlimits and
+// moved into its cgroup, then released. On error the child is killed.
 //
-// ptrace ties the tracee to the tracing thread, so the whole sequence runs
-// on one locked OS thread.
-func startConfined(cmd *exec.Cmd, g *cgroup.Group, rl rlimits, uid, gid uint32, netns, home *os.File) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+// No Pdeathsig: it fires when the forking *thread* exits, which here is at
+// once. A crashed wovyr's workloads are found through their cgroups instead.
+func (sp spawn) start(cmd *exec.Cmd) error {
 	cmd.SysProcAttr.Ptrace = true
-	// The child is forked inside the sandbox's network namespace.
-	if err := inNetns(netns, home, cmd.Start); err != nil {
-		return err
-	}
-	pid := cmd.Process.Pid
-	fail := func(err error) error {
-		_ = cmd.Process.Kill()
-		_ = unix.PtraceDetach(pid)
-		_ = cmd.Wait()
-		return err
-	}
+	return onThrowawayThread(func() error {
+		if err := unix.Setns(int(sp.netns.Fd()), unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("enter netns: %w", err)
+		}
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("no_new_privs: %w", err)
+		}
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		if err := sp.confine(cmd.Process.Pid); err != nil {
+			_ = cmd.Process.Kill()
+			_ = unix.PtraceDetach(cmd.Process.Pid)
+			_ = cmd.Wait()
+			return err
+		}
+		return nil
+	})
+}
+
+// confine runs on the tracing thread while the child sits at its exec stop.
+func (sp spawn) confine(pid int) error {
 	var ws unix.WaitStatus
 	if _, err := unix.Wait4(pid, &ws, unix.WALL, nil); err != nil {
-		return fail(fmt.Errorf("wait for exec stop: %w", err))
+		return fmt.Errorf("wait for exec stop: %w", err)
 	}
 	if !ws.Stopped() || ws.StopSignal() != syscall.SIGTRAP {
-		return fail(fmt.Errorf("child did not stop at exec (status %#x)", uint32(ws)))
+		return fmt.Errorf("child did not stop at exec (status %#x)", uint32(ws))
+	}
+	// prlimit(2) on another process needs CAP_SYS_RESOURCE or matching real
+	// ids. wovyr may lack the capability (it does in some containers), so
+	// this thread takes the workload's real ids; its effective uid stays 0.
+	keep := ^uintptr(0) // -1: leave unchanged
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(sp.gid), keep, keep); e != 0 {
+		return fmt.Errorf("setresgid: %w", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(sp.uid), keep, keep); e != 0 {
+		return fmt.Errorf("setresuid: %w", e)
 	}
 	var errs []error
 	set := func(res int, v uint64) {
 		errs = append(errs, unix.Prlimit(pid, res, &unix.Rlimit{Cur: v, Max: v}, nil))
 	}
-	err := asRealIDs(uid, gid, func() error {
-		set(unix.RLIMIT_CORE, 0)
-		set(unix.RLIMIT_NOFILE, rl.noFile)
-		set(unix.RLIMIT_FSIZE, rl.fsize)
-		if rl.cpu > 0 {
-			set(unix.RLIMIT_CPU, rl.cpu)
-		}
-		return errors.Join(errs...)
-	})
-	if err != nil {
-		return fail(fmt.Errorf("prlimit: %w", err))
+	set(unix.RLIMIT_CORE, 0)
+	set(unix.RLIMIT_NOFILE, sp.limits.noFile)
+	set(unix.RLIMIT_FSIZE, sp.limits.fsize)
+	if sp.limits.cpu > 0 {
+		set(unix.RLIMIT_CPU, sp.limits.cpu)
 	}
-	if err := g.Add(pid); err != nil {
-		return fail(err)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("prlimit: %w", err)
+	}
+	if err := sp.group.Add(pid); err != nil {
+		return err
 	}
 	if err := unix.PtraceDetach(pid); err != nil {
-		return fail(fmt.Errorf("ptrace detach: %w", err))
+		return fmt.Errorf("ptrace detach: %w", err)
 	}
 	return nil
-}
-
-// asRealIDs runs fn with this OS thread's real uid and gid set to the
-// workload's. prlimit(2) on another process needs CAP_SYS_RESOURCE or
-// matching real ids; wovyr may lack the capability (it does in some
-// containers), so it borrows the ids on the locked thread alone — raw
-// syscalls, not syscall.Setuid, which would change every thread. The
-// effective uid stays 0 throughout, so the switch back cannot fail for lack
-// of privilege; if it fails anyway the thread stays locked and dies with its
-// goroutine rather than serve others with the wrong ids.
-func asRealIDs(uid, gid uint32, fn func() error) error {
-	if uid == uint32(os.Getuid()) && gid == uint32(os.Getgid()) {
-		return fn()
-	}
-	keep := ^uintptr(0) // -1: leave unchanged
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), keep, keep); e != 0 {
-		return fmt.Errorf("setresgid: %w", e)
-	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), keep, keep); e != 0 {
-		unix.RawSyscall(unix.SYS_SETRESGID, uintptr(os.Getgid()), keep, keep)
-		return fmt.Errorf("setresuid: %w", e)
-	}
-	err := fn()
-	_, _, e1 := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(os.Getuid()), keep, keep)
-	_, _, e2 := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(os.Getgid()), keep, keep)
-	if e1 != 0 || e2 != 0 {
-		// Never hand this thread back to the scheduler.
-		runtime.LockOSThread()
-		return fmt.Errorf("restore thread ids: %v %v", e1, e2)
-	}
-	return err
 }
 
 // pipes are the workload's stdio: the child gets the far ends directly (no

@@ -20,13 +20,6 @@ const maxInodes = 65536
 // tmpfs pages are charged to the writer's memory cgroup, and size makes the
 // disk limit a hard ENOSPC rather than a host disk filling up.
 func mountWorkspace(dir string, size int64, uid, gid uint32) error {
-	// The scratch parent must be traversable by the workload's uid.
-	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
-		return fmt.Errorf("workspace: %w", err)
-	}
-	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
-		return fmt.Errorf("workspace: %w", err)
-	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}

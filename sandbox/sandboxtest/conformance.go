@@ -237,4 +237,3 @@ func HostProcesses(needle string) int {
 	}
 	return n
 }
-
