@@ -87,3 +87,14 @@ func TestGroup(t *testing.T) {
 		t.Fatalf("acquire after close: got %v", err)
 	}
 }
+
+func TestKeyFor(t *testing.T) {
+	k := KeyFor("native", sandbox.Template{Kind: sandbox.KindCommand, Limits: sandbox.Limits{Memory: 64 << 20}})
+	want := Key{Backend: "native", Template: "command:", Shape: "mem=67108864,pids=128,disk=67108864,nofile=256"}
+	if k != want {
+		t.Fatalf("got %+v, want %+v", k, want)
+	}
+	if s := (Key{Backend: "wasm", Template: "t", Shape: "s", Region: "eu"}).String(); s != "wasm/t/s@eu" {
+		t.Fatalf("String: %q", s)
+	}
+}

@@ -39,7 +39,8 @@ func Shape(l sandbox.Limits) string {
 	return b.String()
 }
 
-// KeyFor is the key of template tmpl (named name) on backend.
-func KeyFor(backend, name string, tmpl sandbox.Template) Key {
-	return Key{Backend: backend, Template: name, Shape: Shape(tmpl.Limits)}
+// KeyFor is the key of the pool for tmpl on backend: the template is named
+// by its kind and image ("command:" for the backend's default image).
+func KeyFor(backend string, tmpl sandbox.Template) Key {
+	return Key{Backend: backend, Template: string(tmpl.Kind) + ":" + tmpl.Image, Shape: Shape(tmpl.Limits)}
 }
