@@ -169,6 +169,9 @@ func TestColdCreateOutlivesCancelledAcquire(t *testing.T) {
 	if s := p.Snapshot(); s.Live != 0 || !slotsFree(p, 1) {
 		t.Fatalf("slot kept after a cancelled create: %+v", s)
 	}
+	if n := p.streak.Load(); n != 0 {
+		t.Fatalf("a cancelled create counted toward the breaker: streak %d", n)
+	}
 	close(f.block)
 	l, err := p.Acquire(context.Background())
 	if err != nil || l.Warm() {

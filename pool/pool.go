@@ -207,14 +207,17 @@ func (p *Pool) freeSlot() {
 }
 
 // create runs the factory for a slot the caller holds; on failure it frees
-// the slot. Every outcome feeds the breaker's failure streak.
+// the slot. Its outcome feeds the breaker's failure streak, unless ctx
+// ended first.
 func (p *Pool) create(ctx context.Context) (sandbox.Sandbox, error) {
 	sb, err := p.cfg.Factory(ctx)
 	if err == nil && sb == nil {
 		err = errors.New("factory returned no sandbox")
 	}
 	if err != nil {
-		p.streak.Add(1)
+		if ctx.Err() == nil { // a caller giving up says nothing about the backend
+			p.streak.Add(1)
+		}
 		p.m.CreateFailures.Add(1)
 		p.freeSlot()
 		return nil, fmt.Errorf("pool %s: create: %w", p.cfg.Key, err)
