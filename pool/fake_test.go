@@ -24,6 +24,7 @@ type fakes struct {
 	calls     atomic.Int64
 	reset     func(*fakeSandbox) error // nil: not a Resetter
 	block     chan struct{}            // if set, the factory waits on it
+	deaf      bool                     // the factory ignores ctx while blocked
 }
 
 type fakeSandbox struct {
@@ -35,7 +36,9 @@ type fakeSandbox struct {
 
 func (f *fakes) factory(ctx context.Context) (sandbox.Sandbox, error) {
 	f.calls.Add(1)
-	if f.block != nil {
+	if f.block != nil && f.deaf {
+		<-f.block
+	} else if f.block != nil {
 		select {
 		case <-f.block:
 		case <-ctx.Done():

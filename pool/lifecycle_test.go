@@ -147,37 +147,52 @@ func TestCloseFailsWaitersAndLaterAcquires(t *testing.T) {
 	}
 }
 
-// TestColdCreateOutlivesCancelledAcquire: a create that finishes after its
-// caller gave up is kept warm for the next one, not leaked or wasted.
-func TestColdCreateOutlivesCancelledAcquire(t *testing.T) {
-	f := &fakes{block: make(chan struct{})}
-	p, _ := newPool(t, Config{Factory: f.factory, MaxLive: 1})
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error)
-	go func() {
-		_, err := p.Acquire(ctx)
-		errc <- err
-	}()
-	for f.calls.Load() == 0 {
-		runtime.Gosched()
+// TestCancelledColdCreate: a caller that gives up during a cold create gets
+// a Killed error and loses no slot; if the factory finishes anyway, the new
+// sandbox is kept warm for the next caller rather than leaked or wasted.
+func TestCancelledColdCreate(t *testing.T) {
+	for _, deaf := range []bool{false, true} {
+		t.Run(map[bool]string{false: "factory honours ctx", true: "factory ignores ctx"}[deaf], func(t *testing.T) {
+			f := &fakes{block: make(chan struct{}), deaf: deaf}
+			p, _ := newPool(t, Config{Factory: f.factory, MaxLive: 1})
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error)
+			go func() {
+				_, err := p.Acquire(ctx)
+				errc <- err
+			}()
+			for f.calls.Load() == 0 {
+				runtime.Gosched()
+			}
+			cancel()
+			if deaf {
+				close(f.block)
+			}
+			if err := <-errc; !errors.Is(err, sandbox.Killed) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("got %v, want killed", err)
+			}
+			if n := p.streak.Load(); n != 0 {
+				t.Fatalf("a cancelled create counted toward the breaker: streak %d", n)
+			}
+			s := p.Snapshot()
+			if !deaf {
+				if s.Live != 0 || !slotsFree(p, 1) {
+					t.Fatalf("slot kept after a cancelled create: %+v", s)
+				}
+				close(f.block)
+			} else if s.Live != 1 || s.Warm != 1 {
+				t.Fatalf("late sandbox not kept warm: %+v", s)
+			}
+			l, err := p.Acquire(context.Background())
+			if err != nil || l.Warm() != deaf {
+				t.Fatalf("got %v (warm %v), want warm %v", err, l != nil && l.Warm(), deaf)
+			}
+			l.Release()
+			if f.calls.Load() != map[bool]int64{false: 2, true: 1}[deaf] {
+				t.Fatalf("factory called %d times", f.calls.Load())
+			}
+		})
 	}
-	cancel()
-	// The fake honours ctx, so the create fails; the slot is freed.
-	if err := <-errc; !errors.Is(err, sandbox.Killed) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("got %v, want killed", err)
-	}
-	if s := p.Snapshot(); s.Live != 0 || !slotsFree(p, 1) {
-		t.Fatalf("slot kept after a cancelled create: %+v", s)
-	}
-	if n := p.streak.Load(); n != 0 {
-		t.Fatalf("a cancelled create counted toward the breaker: streak %d", n)
-	}
-	close(f.block)
-	l, err := p.Acquire(context.Background())
-	if err != nil || l.Warm() {
-		t.Fatalf("got %v (warm %v), want a cold lease", err, l != nil && l.Warm())
-	}
-	l.Release()
 }
 
 func TestHistogramQuantile(t *testing.T) {
