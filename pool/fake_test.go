@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -145,4 +146,34 @@ func slotsFree(p *Pool, n int) bool {
 	}
 	p.sem.Release(int64(n))
 	return true
+}
+
+type acquired struct {
+	l   *Lease
+	err error
+}
+
+// acquireBehind starts an Acquire on a goroutine and returns once it has
+// missed the warm set (so it is creating or waiting); its outcome arrives
+// on the channel. Use it only on a pool with no warm sandbox.
+func acquireBehind(ctx context.Context, p *Pool) <-chan acquired {
+	misses := p.Metrics().Misses.Load()
+	c := make(chan acquired, 1)
+	go func() {
+		l, err := p.Acquire(ctx)
+		c <- acquired{l, err}
+	}()
+	for p.Metrics().Misses.Load() == misses {
+		runtime.Gosched()
+	}
+	return c
+}
+
+func mustAcquire(t *testing.T, p *Pool) *Lease {
+	t.Helper()
+	l, err := p.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

@@ -117,23 +117,13 @@ func TestReconcileFillsAndTrims(t *testing.T) {
 func TestCloseFailsWaitersAndLaterAcquires(t *testing.T) {
 	f := &fakes{}
 	p, _ := newPool(t, Config{Factory: f.factory, MaxLive: 1})
-	held, err := p.Acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error)
-	go func() {
-		_, err := p.Acquire(context.Background())
-		errc <- err
-	}()
-	for p.Metrics().Misses.Load() < 2 {
-		runtime.Gosched()
-	}
+	held := mustAcquire(t, p)
+	waiter := acquireBehind(context.Background(), p)
 	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-errc; !errors.Is(err, ErrClosed) || !errors.Is(err, sandbox.BackendFailure) {
-		t.Fatalf("waiter: got %v, want ErrClosed", err)
+	if got := <-waiter; !errors.Is(got.err, ErrClosed) || !errors.Is(got.err, sandbox.BackendFailure) {
+		t.Fatalf("waiter: got %v, want ErrClosed", got.err)
 	}
 	if _, err := p.Acquire(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after close: got %v", err)

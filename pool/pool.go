@@ -27,7 +27,9 @@
 // What it refuses to do: start goroutines of its own beyond one Acquire
 // wait or one reclaim; scale on a timer (the caller's Reconcile(ctx, now)
 // drives refill and trimming, decided by package autoscale); reuse a sandbox
-// whose reset failed.
+// whose reset failed. It creates nothing on the host itself, so it has no
+// leftovers to reconcile after a crash: Close destroys what it holds, and
+// each backend's Reconcile removes sandboxes a dead process left behind.
 package pool
 
 import (

@@ -32,27 +32,18 @@ func TestAcquireCancelledWhileWaitingReturnsSlot(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakes{}
 			p, _ := newPool(t, Config{Factory: f.factory, MaxLive: 1})
-			held, err := p.Acquire(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
+			held := mustAcquire(t, p)
 			ctx, cancel := tc.ctx()
 			defer cancel()
-			errc := make(chan error, 1)
-			go func() {
-				l, err := p.Acquire(ctx)
-				if l != nil {
-					l.Release()
-				}
-				errc <- err
-			}()
-			for p.Metrics().Misses.Load() < 2 { // the waiter is past the warm set
-				runtime.Gosched()
-			}
+			waiter := acquireBehind(ctx, p)
 			if tc.class == sandbox.Killed {
 				cancel()
 			}
-			err = <-errc
+			got := <-waiter
+			if got.l != nil {
+				t.Fatal("a cancelled acquire returned a lease")
+			}
+			err := got.err
 			if !errors.Is(err, tc.class) || !errors.Is(err, tc.cause) {
 				t.Fatalf("got %v, want %s wrapping %v", err, tc.class, tc.cause)
 			}
@@ -67,11 +58,7 @@ func TestAcquireCancelledWhileWaitingReturnsSlot(t *testing.T) {
 				t.Fatal("the cancelled acquire kept a slot")
 			}
 			// The freed slot is usable at once.
-			l, err := p.Acquire(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			l.Release() // unused: kept warm until Close
+			mustAcquire(t, p).Release() // unused: kept warm until Close
 			if err := p.Close(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -87,24 +74,15 @@ func TestAcquireCancelledWhileWaitingReturnsSlot(t *testing.T) {
 func TestAcquireWaiterTakesReturnedWarm(t *testing.T) {
 	f := &fakes{}
 	p, _ := newPool(t, Config{Factory: f.factory, MaxLive: 1})
-	held, err := p.Acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *Lease)
-	go func() {
-		l, err := p.Acquire(context.Background())
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
-	for p.Metrics().Misses.Load() < 2 {
-		runtime.Gosched()
-	}
+	held := mustAcquire(t, p)
+	waiter := acquireBehind(context.Background(), p)
 	want := idOf(held)
 	held.Release() // unused: goes back warm, the waiter takes it
-	l := <-got
+	got := <-waiter
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	l := got.l
 	if idOf(l) != want || !l.Warm() {
 		t.Fatalf("waiter got sandbox %d (warm %v), want the returned %d", idOf(l), l.Warm(), want)
 	}
@@ -115,8 +93,9 @@ func TestAcquireWaiterTakesReturnedWarm(t *testing.T) {
 }
 
 // TestConcurrentAcquiresNeverExceedBound hammers one pool from many
-// goroutines released at once, with Reconcile refilling, resets and
-// cancellations mixed in; live sandboxes never pass MaxLive.
+// goroutines released at once, with Reconcile refilling, resets, and
+// cancellations and deadlines mixed in; live sandboxes never pass MaxLive
+// and every slot is free at the end.
 func TestConcurrentAcquiresNeverExceedBound(t *testing.T) {
 	for _, resettable := range []bool{false, true} {
 		t.Run(map[bool]string{false: "destroy", true: "reset"}[resettable], func(t *testing.T) {
@@ -144,13 +123,16 @@ func TestConcurrentAcquiresNeverExceedBound(t *testing.T) {
 					<-start
 					for i := range 40 {
 						ctx, cancel := context.WithCancel(context.Background())
-						if (g+i)%7 == 0 {
+						switch (g + i) % 7 {
+						case 0: // cancelled before it starts
 							cancel()
+						case 1: // likely to expire while it waits
+							ctx, cancel = context.WithTimeout(context.Background(), 50*time.Microsecond)
 						}
 						l, err := p.Acquire(ctx)
 						cancel()
 						if err != nil {
-							if !errors.Is(err, sandbox.Killed) {
+							if !errors.Is(err, sandbox.Killed) && !errors.Is(err, sandbox.Timeout) {
 								t.Error(err)
 							}
 							continue
@@ -176,6 +158,7 @@ func TestConcurrentAcquiresNeverExceedBound(t *testing.T) {
 			if err := p.Close(context.Background()); err != nil {
 				t.Fatal(err)
 			}
+			t.Logf("acquire errors %d, hits %d, misses %d", p.Snapshot().AcquireErrors, p.Snapshot().Hits, p.Snapshot().Misses)
 			live, most, _ := f.snapshot()
 			if most > maxLive || most == 0 {
 				t.Fatalf("at most %d sandboxes were live at once, bound %d", most, maxLive)
