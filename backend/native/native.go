@@ -32,6 +32,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/cgroup"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -41,42 +42,44 @@ type Config struct {
 	// ScratchDir holds per-sandbox workspaces. Zero means
 	// os.TempDir()/wovyr-native.
 	ScratchDir string
-	// UID and GID run the workload. Zero means 65534 (nobody) when wovyr
-	// runs as root, else wovyr's own ids.
-	UID, GID uint32
+	// UIDBase and UIDCount give the host uid range for sandboxes: each
+	// live sandbox runs as its own uid (gid the same number). Zero means
+	// DefaultUIDBase and DefaultUIDCount.
+	UIDBase  uint32
+	UIDCount int
 	// Logger receives lifecycle logs. Nil means slog.Default().
 	Logger *slog.Logger
 }
 
 // Backend runs workloads as host processes.
 type Backend struct {
-	scratch  string
-	uid, gid uint32
-	log      *slog.Logger
+	scratch string
+	uids    *uidRange
+	log     *slog.Logger
+	// weak is set only on copies made by Weakened, for the battery's
+	// positive controls.
+	weak battery.Weakness
 }
 
 // New returns a native backend.
 func New(cfg Config) (*Backend, error) {
-	b := &Backend{scratch: cfg.ScratchDir, uid: cfg.UID, gid: cfg.GID, log: cfg.Logger}
+	b := &Backend{scratch: cfg.ScratchDir, log: cfg.Logger}
 	if b.scratch == "" {
 		b.scratch = filepath.Join(os.TempDir(), "wovyr-native")
 	}
-	if b.uid == 0 && b.gid == 0 {
-		if os.Geteuid() == 0 {
-			b.uid, b.gid = 65534, 65534
-		} else {
-			b.uid, b.gid = uint32(os.Geteuid()), uint32(os.Getegid())
-		}
+	base, n := cfg.UIDBase, cfg.UIDCount
+	if base == 0 {
+		base = DefaultUIDBase
 	}
+	if n <= 0 {
+		n = DefaultUIDCount
+	}
+	b.uids = newUIDRange(base, n)
 	if b.log == nil {
 		b.log = slog.Default()
 	}
-	// Traversable, not listable, by the workload's uid.
-	if err := os.MkdirAll(b.scratch, 0o711); err != nil {
-		return nil, fmt.Errorf("native: scratch dir: %w", err)
-	}
-	if err := os.Chmod(b.scratch, 0o711); err != nil {
-		return nil, fmt.Errorf("native: scratch dir: %w", err)
+	if n > 1<<20 || uint64(base)+uint64(n) > 1<<32-2 {
+		return nil, fmt.Errorf("native: uid range %d+%d is too large", base, n)
 	}
 	return b, nil
 }
@@ -102,7 +105,7 @@ func (b *Backend) Probe(ctx context.Context) sandbox.Capability {
 		capa.Features = []string{"cgroup-v2"}
 	}
 	if os.Geteuid() != 0 {
-		capa.Reason = "needs root: cgroups, tmpfs workspaces and uid switching"
+		capa.Reason = "needs root (cgroups, tmpfs workspaces, per-sandbox uids)"
 		return capa
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -130,8 +133,23 @@ func (b *Backend) Probe(ctx context.Context) sandbox.Capability {
 }
 
 func (b *Backend) configHash() string {
-	h := sha256.Sum256(fmt.Appendf(nil, "%s uid=%d gid=%d netns=new ws=tmpfs rlimits=core0,nofile,fsize,cpu", version, b.uid, b.gid))
+	h := sha256.Sum256(fmt.Appendf(nil, "%s uids=%d+%d netns=new nnp ws=tmpfs rlimits=core0,nofile,fsize,cpu weak=%q",
+		version, b.uids.base, len(b.uids.used), b.weak))
 	return hex.EncodeToString(h[:8])
+}
+
+// Weakened implements battery.Weakener: a copy of b with one weakness, for
+// positive controls. It shares b's uid range and scratch directory.
+func (b *Backend) Weakened(w battery.Weakness) (sandbox.Backend, error) {
+	switch w {
+	case battery.RunAsRoot, battery.NoRlimits, battery.InheritEnv, battery.SharedUID, battery.HostNetwork,
+		battery.NoPidsLimit, battery.NoMemoryLimit, battery.NoDiskQuota, battery.NoDeadline, battery.NoOutputCap,
+		battery.KeepOrphans:
+		c := *b
+		c.weak = w
+		return &c, nil
+	}
+	return nil, fmt.Errorf("native has no %q configuration", w)
 }
 
 // Prepare makes a tenant-neutral sandbox: an empty, mounted workspace. The
@@ -139,6 +157,13 @@ func (b *Backend) configHash() string {
 func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.Sandbox, error) {
 	if tmpl.Kind != "" && tmpl.Kind != sandbox.KindCommand {
 		return nil, sandbox.Errorf(sandbox.BadInput, "workload.kind", "native runs command workloads, not %s", tmpl.Kind)
+	}
+	// Traversable, not listable, by the workloads' uids.
+	if err := os.MkdirAll(b.scratch, 0o711); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: scratch dir")
+	}
+	if err := os.Chmod(b.scratch, 0o711); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: scratch dir")
 	}
 	return newSandbox(b, sandbox.NewID(), tmpl)
 }

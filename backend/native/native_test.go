@@ -3,6 +3,7 @@ package native
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,8 +118,23 @@ func TestPidsLimitHolds(t *testing.T) {
 }
 
 func TestRunsUnprivilegedWithoutNetwork(t *testing.T) {
-	res := run(t, newBackend(t), inv("/bin/sh", "-c", "id -u; id -G; cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '; grep -E 'CapEff|NoNewPrivs' /proc/self/status"))
-	want := "65534\n65534\nlo\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n"
+	b := newBackend(t)
+	a, _ := b.Prepare(context.Background(), sandbox.Template{})
+	defer a.Destroy(context.Background())
+	sb, err := b.Prepare(context.Background(), sandbox.Template{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(context.Background())
+	uid, other := sb.(*nativeSandbox).uid, a.(*nativeSandbox).uid
+	if uid < DefaultUIDBase || uid == other {
+		t.Fatalf("uid %d (neighbour %d): want a distinct uid from the native range", uid, other)
+	}
+	res, err := sb.Run(context.Background(), inv("/bin/sh", "-c", "id -u; id -G; cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '; grep -E 'CapEff|NoNewPrivs' /proc/self/status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%d\n%d\nlo\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n", uid, uid)
 	if string(res.Stdout) != want {
 		t.Fatalf("got %q, want %q", res.Stdout, want)
 	}

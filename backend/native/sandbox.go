@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/wovyr/wovyr/agent"
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/cgroup"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -29,10 +30,12 @@ const (
 )
 
 type nativeSandbox struct {
-	b    *Backend
-	id   string
-	dir  string
-	tmpl sandbox.Template
+	b        *Backend
+	id       string
+	dir      string
+	tmpl     sandbox.Template
+	uid, gid uint32 // zero until allocated
+	hasUID   bool
 
 	mu      sync.Mutex
 	state   state
@@ -51,7 +54,23 @@ func newSandbox(b *Backend, id string, tmpl sandbox.Template) (_ *nativeSandbox,
 			s.Destroy(context.Background())
 		}
 	}()
-	if err := mountWorkspace(s.dir, sandbox.DefaultDisk, b.uid, b.gid); err != nil {
+	switch b.weak {
+	case battery.RunAsRoot:
+		s.uid, s.gid = 0, 0
+	case battery.SharedUID:
+		s.uid, s.gid = b.uids.base, b.uids.base
+	default:
+		uid, err := b.uids.get()
+		if err != nil {
+			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: prepare")
+		}
+		s.uid, s.gid, s.hasUID = uid, uid, true
+	}
+	size := int64(sandbox.DefaultDisk)
+	if b.weak == battery.NoDiskQuota {
+		size = 0 // tmpfs: no size or inode limit
+	}
+	if err := mountWorkspace(s.dir, size, s.uid, s.gid); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: workspace")
 	}
 	s.mounted = true
@@ -93,19 +112,26 @@ func (s *nativeSandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sand
 	defer func() { s.mu.Lock(); s.state = used; s.mu.Unlock() }()
 
 	lim := inv.Limits.WithDefaults()
-	if lim.Disk != sandbox.DefaultDisk {
+	if lim.Disk != sandbox.DefaultDisk && s.b.weak != battery.NoDiskQuota {
 		if err := resizeWorkspace(s.dir, lim.Disk); err != nil {
 			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: workspace")
 		}
 	}
-	if err := writeFiles(s.dir, inv.Workload.Files, s.b.uid, s.b.gid); err != nil {
+	if err := writeFiles(s.dir, inv.Workload.Files, s.uid, s.gid); err != nil {
 		return nil, err
 	}
 	prog, err := agent.LookPath(inv.Workload.Argv[0], inv.Workload.Env)
 	if err != nil {
 		return nil, sandbox.Wrap(sandbox.BadInput, err, "workload.argv")
 	}
-	if err := s.group.SetLimits(cgroup.Limits{Memory: lim.Memory, Pids: lim.Pids, CPUMillis: inv.Resources.CPUMillis}); err != nil {
+	cl := cgroup.Limits{Memory: lim.Memory, Pids: lim.Pids, CPUMillis: inv.Resources.CPUMillis}
+	switch s.b.weak {
+	case battery.NoPidsLimit:
+		cl.Pids = 0
+	case battery.NoMemoryLimit:
+		cl.Memory = 0
+	}
+	if err := s.group.SetLimits(cl); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: cgroup limits")
 	}
 	return s.run(ctx, inv, prog, lim)
@@ -120,19 +146,33 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	cmd := exec.Command(prog)
 	cmd.Args = inv.Workload.Argv
 	cmd.Env = append([]string{}, inv.Workload.Env...) // non-nil: nothing inherited
+	if s.b.weak == battery.InheritEnv {
+		cmd.Env = append(os.Environ(), cmd.Env...)
+	}
 	cmd.Dir = s.dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.stdinR, p.stdoutW, p.stderrW
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setsid:     true,
-		Credential: &syscall.Credential{Uid: s.b.uid, Gid: s.b.gid, Groups: []uint32{}},
+		Credential: &syscall.Credential{Uid: s.uid, Gid: s.gid, Groups: []uint32{}},
 	}
-	rl := rlimits{noFile: uint64(lim.NoFile), fsize: uint64(lim.Disk)}
+	rl := &rlimits{noFile: uint64(lim.NoFile), fsize: uint64(lim.Disk)}
 	if lim.CPU > 0 {
 		rl.cpu = uint64((lim.CPU + time.Second - 1) / time.Second)
 	}
+	sp := spawn{netns: s.netns, group: s.group, limits: rl, uid: s.uid, gid: s.gid, noNewPrivs: true}
+	switch s.b.weak {
+	case battery.NoRlimits, battery.NoDiskQuota:
+		sp.limits = nil
+	case battery.HostNetwork:
+		sp.netns = nil
+	case battery.KeepOrphans:
+		sp.group = nil
+	case battery.RunAsRoot:
+		sp.noNewPrivs = false
+	}
 	res := &sandbox.Result{ID: inv.ID, Backend: s.b.Name()}
 	res.Timings.Started = time.Now()
-	if err := (spawn{netns: s.netns, group: s.group, limits: rl, uid: s.b.uid, gid: s.b.gid}).start(cmd); err != nil {
+	if err := sp.start(cmd); err != nil {
 		if st, serr := os.Stat(prog); serr != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
 			return nil, sandbox.Wrap(sandbox.BadInput, err, "workload.argv: cannot execute %s", prog)
 		}
@@ -140,6 +180,9 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	}
 	p.closeChildEnds()
 
+	if s.b.weak == battery.NoOutputCap {
+		lim.Output = 1 << 40
+	}
 	stdout, stderr := &sandbox.Capped{Limit: lim.Output}, &sandbox.Capped{Limit: lim.Output}
 	var drain sync.WaitGroup
 	drain.Go(func() { copyQuiet(stdout, p.stdoutR) })
@@ -153,6 +196,9 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	if s.b.weak == battery.NoDeadline {
+		lim.Wall = 1 << 62
+	}
 	timer := time.NewTimer(lim.Wall)
 	defer timer.Stop()
 	killCtx := context.WithoutCancel(ctx)
@@ -235,6 +281,10 @@ func (s *nativeSandbox) Destroy(ctx context.Context) error {
 	}
 	if s.mounted {
 		errs = append(errs, unmountWorkspace(s.dir))
+	}
+	if s.hasUID {
+		s.b.uids.put(s.uid)
+		s.hasUID = false
 	}
 	s.state = destroyed
 	if err := errors.Join(errs...); err != nil {

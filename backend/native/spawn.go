@@ -39,10 +39,11 @@ type rlimits struct {
 // spawn is everything a workload's process gets before its first
 // instruction.
 type spawn struct {
-	netns    *os.File
-	group    *cgroup.Group
-	limits   rlimits
-	uid, gid uint32
+	netns      *os.File      // nil: stay in wovyr's namespace (positive controls only)
+	group      *cgroup.Group // nil: no cgroup (positive controls only)
+	limits     *rlimits      // nil: inherit wovyr's (positive controls only)
+	uid, gid   uint32
+	noNewPrivs bool
 }
 
 // start starts cmd confined: forked inside the sandbox's network namespace
@@ -54,11 +55,15 @@ type spawn struct {
 func (sp spawn) start(cmd *exec.Cmd) error {
 	cmd.SysProcAttr.Ptrace = true
 	return onThrowawayThread(func() error {
-		if err := unix.Setns(int(sp.netns.Fd()), unix.CLONE_NEWNET); err != nil {
-			return fmt.Errorf("enter netns: %w", err)
+		if sp.netns != nil {
+			if err := unix.Setns(int(sp.netns.Fd()), unix.CLONE_NEWNET); err != nil {
+				return fmt.Errorf("enter netns: %w", err)
+			}
 		}
-		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			return fmt.Errorf("no_new_privs: %w", err)
+		if sp.noNewPrivs {
+			if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+				return fmt.Errorf("no_new_privs: %w", err)
+			}
 		}
 		if err := cmd.Start(); err != nil {
 			return err
@@ -92,21 +97,25 @@ func (sp spawn) confine(pid int) error {
 	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(sp.uid), keep, keep); e != 0 {
 		return fmt.Errorf("setresuid: %w", e)
 	}
-	var errs []error
-	set := func(res int, v uint64) {
-		errs = append(errs, unix.Prlimit(pid, res, &unix.Rlimit{Cur: v, Max: v}, nil))
+	if sp.limits != nil {
+		var errs []error
+		set := func(res int, v uint64) {
+			errs = append(errs, unix.Prlimit(pid, res, &unix.Rlimit{Cur: v, Max: v}, nil))
+		}
+		set(unix.RLIMIT_CORE, 0)
+		set(unix.RLIMIT_NOFILE, sp.limits.noFile)
+		set(unix.RLIMIT_FSIZE, sp.limits.fsize)
+		if sp.limits.cpu > 0 {
+			set(unix.RLIMIT_CPU, sp.limits.cpu)
+		}
+		if err := errors.Join(errs...); err != nil {
+			return fmt.Errorf("prlimit: %w", err)
+		}
 	}
-	set(unix.RLIMIT_CORE, 0)
-	set(unix.RLIMIT_NOFILE, sp.limits.noFile)
-	set(unix.RLIMIT_FSIZE, sp.limits.fsize)
-	if sp.limits.cpu > 0 {
-		set(unix.RLIMIT_CPU, sp.limits.cpu)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("prlimit: %w", err)
-	}
-	if err := sp.group.Add(pid); err != nil {
-		return err
+	if sp.group != nil {
+		if err := sp.group.Add(pid); err != nil {
+			return err
+		}
 	}
 	if err := unix.PtraceDetach(pid); err != nil {
 		return fmt.Errorf("ptrace detach: %w", err)

@@ -7,15 +7,12 @@
 package sandboxtest
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/netpolicy"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -160,7 +157,7 @@ func caseTimeout(t *testing.T, h *harness) {
 	}
 	// Neither the leader nor the double-forked sleeper survives, seen from
 	// the host (for VMs, no host process carries the argument at all).
-	if n := HostProcesses("sleep 1000"); n > 0 {
+	if n := battery.HostProcesses("sleep 1000"); n > 0 {
 		t.Fatalf("%d host processes still run 'sleep 1000' after the timeout", n)
 	}
 }
@@ -220,20 +217,4 @@ func caseDestroyTwice(t *testing.T, h *harness) {
 	if err := sb.Destroy(ctx); err != nil {
 		t.Fatalf("second destroy: %v", err)
 	}
-}
-
-// HostProcesses counts host processes whose command line contains needle.
-func HostProcesses(needle string) int {
-	n := 0
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || len(b) == 0 {
-			continue
-		}
-		if strings.Contains(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})), needle) {
-			n++
-		}
-	}
-	return n
 }
