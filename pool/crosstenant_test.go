@@ -51,7 +51,7 @@ env | grep -qa -e "$P" && found="$found env"
 if [ -n "$WOVYR_MEM" ]; then grep -qsa -e "$P" "$WOVYR_MEM" && found="$found memory"; fi
 mounts=$(while read -r _ mp _; do case "$mp" in /tmp/wovyr-*) echo "$mp";; esac; done </proc/self/mounts)
 for d in /tmp/wovyr-* $mounts ${TMPDIR:+"$TMPDIR"}; do grep -rqsa -e "$P" "$d" && { found="$found tmp"; break; }; done
-for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do grep -qsa -e "$P" "$f" && { found="$found process"; break; }; done
+grep -qsa -e "$P" /proc/[0-9]*/cmdline /proc/[0-9]*/environ && found="$found process"
 echo "found:$found"`
 
 func newCanary(t *testing.T) (canary, pattern string) {
