@@ -11,6 +11,8 @@ import (
 
 // Lease is one sandbox on loan from a pool (the PooledSandbox). It runs at
 // most one invocation; Release gives it back. Release must not race Run.
+// Hold it by pointer and never copy it: the leak safety net watches the
+// pointer Acquire returned.
 type Lease struct {
 	st      *leaseState
 	cleanup runtime.Cleanup

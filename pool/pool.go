@@ -56,7 +56,7 @@ type Factory func(ctx context.Context) (sandbox.Sandbox, error)
 
 // Config configures one pool. It is copied by New and never changes after.
 type Config struct {
-	Key     Key     // required: Backend and Template at least
+	Key     Key     // required: Backend at least
 	Factory Factory // required
 	// MaxLive bounds live sandboxes: warm, leased and being created. Required.
 	MaxLive int
@@ -65,8 +65,8 @@ type Config struct {
 	Autoscale autoscale.Config
 	// Logger receives leak, reset and destroy reports. Nil discards them.
 	Logger *slog.Logger
-	// Metrics receives counters and latencies. Nil means a fresh Metrics,
-	// available from Pool.Metrics.
+	// Metrics receives counters and latencies; give each pool its own. Nil
+	// means a fresh Metrics, available from Pool.Metrics.
 	Metrics *Metrics
 	// ResetTimeout bounds Resetter.Reset; zero means 10s.
 	ResetTimeout time.Duration
