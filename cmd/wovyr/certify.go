@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,16 +20,12 @@ func certifyMain(ctx context.Context, g *globals, args []string) int {
 	only := fs.String("backend", "", "certify only this backend (default: every available one)")
 	jsonOut := fs.Bool("json", false, "print the records as JSON")
 	markdown := fs.String("markdown", "", "also write the probe × backend table of every stored record to this file")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
-	n, err := openNode(g)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "wovyr:", err)
-		return exitBackendFailure
+	n, code := mustNode(g)
+	if n == nil {
+		return code
 	}
 	guest, cleanup, err := battery.StageGuest(g.guest)
 	if err != nil {
@@ -51,7 +45,7 @@ func certifyMain(ctx context.Context, g *globals, args []string) int {
 		progress = nil
 	}
 	var recs []cert.Record
-	code := 0
+	code = 0
 	for _, b := range n.mgr.Backends() {
 		if *only != "" && b.Name() != *only {
 			continue
@@ -85,9 +79,7 @@ func certifyMain(ctx context.Context, g *globals, args []string) int {
 		}
 	}
 	if *jsonOut {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(recs)
+		printJSON(recs)
 	}
 	if *markdown != "" {
 		if err := writeBatteryReport(n, *markdown); err != nil {
