@@ -51,6 +51,13 @@ type Config struct {
 	// Concurrency is how many invocations run at once on this node. Zero
 	// means 4 per CPU.
 	Concurrency int `json:"concurrency,omitempty"`
+	// CgroupReconcile says which leftover cgroups start-up removes after a
+	// crash: "all" (the zero value) removes everything below wovyr's cgroup
+	// prefix, right when this daemon is the host's only wovyr; "owned"
+	// removes only the cgroups of sandboxes whose workspaces this daemon's
+	// state directory still holds, for hosts shared by several daemons or
+	// test runs.
+	CgroupReconcile string `json:"cgroup_reconcile,omitempty"`
 	// Tenants are the callers. Empty is allowed only for Default, which the
 	// serve command completes with a bootstrap tenant.
 	Tenants []Tenant `json:"tenants"`
@@ -110,6 +117,9 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.Concurrency == 0 {
 		c.Concurrency = 4 * runtime.NumCPU()
 	}
+	if c.CgroupReconcile == "" {
+		c.CgroupReconcile = "all"
+	}
 	c.Tenants = slices.Clone(c.Tenants)
 	for i := range c.Tenants {
 		t := &c.Tenants[i]
@@ -141,6 +151,8 @@ func (c Config) validate() error {
 		return bad("max_wait", "durations must not be negative")
 	case c.Concurrency < 0:
 		return bad("concurrency", "must not be negative")
+	case c.CgroupReconcile != "all" && c.CgroupReconcile != "owned":
+		return bad("cgroup_reconcile", "want all or owned, not %q", c.CgroupReconcile)
 	}
 	names := map[string]bool{}
 	hashes := map[string]string{}

@@ -41,6 +41,7 @@ func TestParseRejects(t *testing.T) {
 		"shared token":    {`{"tenants":[{"name":"a","token_sha256":["` + h + `"]},{"name":"b","token_sha256":["` + h + `"]}]}`, "tenants[1].token_sha256"},
 		"negative quota":  {`{"tenants":[{"name":"a","max_pending":-1,"token_sha256":["` + h + `"]}]}`, "tenants[0]"},
 		"trailing data":   {`{"tenants":[]} {}`, ""},
+		"bad reconcile":   {`{"cgroup_reconcile":"some","tenants":[]}`, "cgroup_reconcile"},
 	} {
 		_, err := Parse(strings.NewReader(tc.json))
 		if !errors.Is(err, sandbox.BadInput) || sandbox.FieldOf(err) != tc.field {

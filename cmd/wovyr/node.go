@@ -44,13 +44,16 @@ func openNode(g *globals) (*node, error) {
 func newNode(g *globals, log *slog.Logger) (*node, error) {
 	n := &node{g: g, log: log}
 	var err error
-	n.native, err = native.New(native.Config{ScratchDir: filepath.Join(g.stateDir, "scratch", "native"), Logger: n.log})
+	n.native, err = native.New(native.Config{ScratchDir: n.nativeScratch(), Logger: n.log})
 	if err != nil {
 		return nil, err
 	}
 	n.backends = []sandbox.Backend{n.native}
 	return n, nil
 }
+
+// nativeScratch is where native sandboxes' workspaces live.
+func (n *node) nativeScratch() string { return filepath.Join(n.g.stateDir, "scratch", "native") }
 
 // withStore opens the state store for the duration of fn.
 func (n *node) withStore(fn func(*store.Store) error) error {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -90,10 +91,7 @@ func (c *serveCmd) run(ctx context.Context, g *globals) error {
 	}
 	srv, err := server.New(server.Options{
 		Config: cfg, Manager: n.mgr, Store: st, Logger: log,
-		Reconcilers: []server.Reconciler{{Name: "cgroups", Fn: func(ctx context.Context) error {
-			_, err := cgroup.Reconcile(ctx)
-			return err
-		}}},
+		Reconcilers: []server.Reconciler{cgroupReconciler(cfg.CgroupReconcile, n.nativeScratch())},
 		Certify: func(ctx context.Context, backend string) (cert.Record, error) { return n.certifyOne(ctx, backend) },
 	})
 	if err != nil {
@@ -149,4 +147,34 @@ func (n *node) certifyOne(ctx context.Context, backend string) (cert.Record, err
 		return cert.Record{}, fmt.Errorf("%s: no battery suite yet", backend)
 	}
 	return battery.Run(ctx, suite, nil)
+}
+
+// cgroupReconciler removes the cgroups a crashed daemon left: every wovyr
+// cgroup ("all"), or only those of the native sandboxes whose workspaces are
+// still in this state directory ("owned": a native sandbox's cgroup is
+// wovyr/native/ID and its workspace SCRATCH/ID). It runs before the
+// backends' own Reconcile, which unmounts the workspaces.
+func cgroupReconciler(mode, nativeScratch string) server.Reconciler {
+	if mode != "owned" {
+		return server.Reconciler{Name: "cgroups", Fn: func(ctx context.Context) error {
+			_, err := cgroup.Reconcile(ctx)
+			return err
+		}}
+	}
+	return server.Reconciler{Name: "owned cgroups", Fn: func(ctx context.Context) error {
+		ents, err := os.ReadDir(nativeScratch)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, e := range ents {
+			if _, err := cgroup.ReconcileUnder(ctx, path.Join(cgroup.Prefix, "native", e.Name())); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}}
 }

@@ -55,7 +55,12 @@ func startDaemon(t *testing.T, wovyr, state string) *daemon {
 	addrFile := filepath.Join(state, "addr")
 	os.Remove(addrFile)
 	d := &daemon{log: &bytes.Buffer{}, done: make(chan struct{})}
-	d.cmd = exec.Command(wovyr, "--state-dir", state, "serve", "--listen", "127.0.0.1:0", "--addr-file", addrFile)
+	// Other tests on this host may run sandboxes now: reconcile only ours.
+	conf := filepath.Join(state, "serve.json")
+	if err := os.WriteFile(conf, []byte(`{"cgroup_reconcile": "owned", "tenants": []}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.cmd = exec.Command(wovyr, "--state-dir", state, "serve", "--listen", "127.0.0.1:0", "--addr-file", addrFile, "--config", conf)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
