@@ -10,13 +10,14 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/wovyr/wovyr/client"
-	"github.com/wovyr/wovyr/config"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/server"
+	"github.com/wovyr/wovyr/store"
 )
 
 func command(argv ...string) *sandbox.Invocation {
@@ -303,4 +304,49 @@ func TestRateGuard(t *testing.T) {
 	}
 }
 
-var _ = config.Duration(0)
+
+// TestConcurrentSubmissions is the hammer: many tenants' submissions
+// released at once (run it under -race); each gets its own id, its own
+// output and exactly one record.
+func TestConcurrentSubmissions(t *testing.T) {
+	h := newHarness(t, testConfig(), "")
+	const n = 40
+	tokens := []string{aliceToken, bobToken}
+	ids := make([]string, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			c := h.client(tokens[i%2])
+			rec, err := c.Submit(context.Background(), command("/bin/echo", fmt.Sprint(i)), 30*time.Second)
+			for err == nil && !client.Terminal(rec.State) {
+				rec, err = c.Get(context.Background(), rec.ID, 30*time.Second)
+			}
+			if err != nil || rec.State != client.StateDone || string(rec.Result.Stdout) != fmt.Sprint(i)+"\n" {
+				t.Errorf("submission %d: %+v %v", i, rec, err)
+				return
+			}
+			ids[i] = rec.ID
+		})
+	}
+	close(start)
+	wg.Wait()
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			t.Fatalf("id %s given twice", id)
+		}
+		seen[id] = true
+	}
+	count := 0
+	h.store.Each(func(rec store.Invocation) error {
+		if seen[rec.ID] {
+			count++
+		}
+		return nil
+	})
+	if count != n {
+		t.Fatalf("%d records for %d submissions", count, n)
+	}
+}
