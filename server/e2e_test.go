@@ -304,7 +304,6 @@ func TestRateGuard(t *testing.T) {
 	}
 }
 
-
 // TestConcurrentSubmissions is the hammer: many tenants' submissions
 // released at once (run it under -race); each gets its own id, its own
 // output and exactly one record.

@@ -167,24 +167,29 @@ func (s *Store) MarkLost(reason string, now time.Time) ([]string, error) {
 
 // Purge deletes terminal records created before cutoff and returns how many.
 func (s *Store) Purge(cutoff time.Time) (int, error) {
+	return s.purgeWhere(func(rec *Invocation) bool { return rec.State.Terminal() && rec.Created.Before(cutoff) })
+}
+
+// purgeWhere deletes, in one transaction, the records dead selects.
+func (s *Store) purgeWhere(dead func(*Invocation) bool) (int, error) {
 	n := 0
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bucketInvocations)
-		var dead [][]byte
+		var keys [][]byte
 		err := bk.ForEach(func(k, v []byte) error {
 			var rec Invocation
 			if err := json.Unmarshal(v, &rec); err != nil {
 				return err
 			}
-			if rec.State.Terminal() && rec.Created.Before(cutoff) {
-				dead = append(dead, append([]byte(nil), k...))
+			if dead(&rec) {
+				keys = append(keys, append([]byte(nil), k...))
 			}
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		for _, k := range dead {
+		for _, k := range keys {
 			if err := bk.Delete(k); err != nil {
 				return err
 			}

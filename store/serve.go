@@ -1,7 +1,6 @@
 package store
 
 import (
-	"encoding/json"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -46,30 +45,8 @@ func (rec *Invocation) Finished() time.Time {
 // and returns how many. Unlike Purge it measures retention from the end of
 // an invocation, so a long run's result is kept as long as a short one's.
 func (s *Store) PurgeFinished(cutoff time.Time) (int, error) {
-	n := 0
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bucketInvocations)
-		var dead [][]byte
-		err := bk.ForEach(func(k, v []byte) error {
-			var rec Invocation
-			if err := json.Unmarshal(v, &rec); err != nil {
-				return err
-			}
-			if f := rec.Finished(); !f.IsZero() && f.Before(cutoff) {
-				dead = append(dead, append([]byte(nil), k...))
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, k := range dead {
-			if err := bk.Delete(k); err != nil {
-				return err
-			}
-			n++
-		}
-		return nil
+	return s.purgeWhere(func(rec *Invocation) bool {
+		f := rec.Finished()
+		return !f.IsZero() && f.Before(cutoff)
 	})
-	return n, err
 }

@@ -41,11 +41,8 @@ func serveMain(ctx context.Context, g *globals, args []string) int {
 	fs.StringVar(&c.configFile, "config", "", "JSON config file (tenants, quotas, limits); without one, a bootstrap tenant \"default\" is created")
 	fs.StringVar(&c.addrFile, "addr-file", "", "write the bound address to this file once listening")
 	fs.BoolVar(&c.hashToken, "hash-token", false, "read a token on stdin, print the token_sha256 a config file wants, and exit")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if c.hashToken {
 		var tok string
@@ -92,7 +89,7 @@ func (c *serveCmd) run(ctx context.Context, g *globals) error {
 	srv, err := server.New(server.Options{
 		Config: cfg, Manager: n.mgr, Store: st, Logger: log,
 		Reconcilers: []server.Reconciler{cgroupReconciler(cfg.CgroupReconcile, n.nativeScratch())},
-		Certify: func(ctx context.Context, backend string) (cert.Record, error) { return n.certifyOne(ctx, backend) },
+		Certify:     func(ctx context.Context, backend string) (cert.Record, error) { return n.certifyOne(ctx, backend) },
 	})
 	if err != nil {
 		return err
