@@ -91,8 +91,15 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, t *tenant)
 		writeError(w, err)
 		return
 	}
-	if rec.State.Terminal() || !s.cancel(id, errCancelled) {
-		writeError(w, sandbox.Errorf(Conflict, "", "invocation %s is already %s", id, rec.State))
+	if !rec.State.Terminal() && !s.cancel(id, errCancelled) {
+		rec, err = s.store.Get(id) // it ended meanwhile
+		if err != nil {
+			writeError(w, notFound(id, err))
+			return
+		}
+	}
+	if rec.State.Terminal() {
+		writeError(w, sandbox.Errorf(Conflict, "", "invocation %s already ended (%s)", id, rec.State))
 		return
 	}
 	rec, err = s.waitDone(r.Context(), id, time.Minute)
