@@ -146,6 +146,12 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	if err := s.Recover(ctx); err != nil {
 		s.log.Error("recover incomplete", "error", err)
 	}
+	// Probe every backend before ready: the manager caches probes, and a
+	// burst of first submissions would otherwise each probe at once.
+	for _, st := range s.mgr.Detect(ctx, true) {
+		s.log.Info("backend", "name", st.Name, "available", st.Capability.Available, "reason", st.Capability.Reason,
+			"certified", st.Certified, "cert_reason", st.CertReason)
+	}
 	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	purgeDone := make(chan struct{})
