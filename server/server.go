@@ -152,7 +152,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		s.log.Info("backend", "name", st.Name, "available", st.Capability.Available, "reason", st.Capability.Reason,
 			"certified", st.Certified, "cert_reason", st.CertReason)
 	}
-	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	purgeDone := make(chan struct{})
 	go func() { defer close(purgeDone); s.purgeLoop(s.base) }()
