@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/manager"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -85,6 +86,13 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Invocation, error) {
 func (c *Client) Backends(ctx context.Context) ([]manager.Status, error) {
 	var out []manager.Status
 	return out, c.do(ctx, http.MethodGet, "/v1/backends", nil, &out)
+}
+
+// Certify runs the escape battery for backend on the daemon and returns the
+// stored record (admin token; it takes as long as the battery).
+func (c *Client) Certify(ctx context.Context, backend string) (cert.Record, error) {
+	var out cert.Record
+	return out, c.do(ctx, http.MethodPost, "/v1/backends/"+url.PathEscape(backend)+"/certify", nil, &out)
 }
 
 // Run submits inv and waits until it ends, as a local run does: it returns

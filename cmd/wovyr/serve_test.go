@@ -200,6 +200,13 @@ func TestCrashRestartMarksLost(t *testing.T) {
 		t.Fatalf("local run beside the daemon: exit %d after %s: %s", code, time.Since(start), out)
 	}
 
+	// Certification through the API (admin; the daemon finds wovyr-guest
+	// beside its binary).
+	rec2, err := c2(d, tok).Certify(ctx, "native")
+	if err != nil || !rec2.Passed || rec2.Backend != "native" {
+		t.Fatalf("certify through the API: %+v %v", rec2.Key, err)
+	}
+
 	// wovyr run --remote prints what a local run prints and exits alike.
 	cases := [][]string{
 		{"--trust", "trusted", "--", "/bin/sh", "-c", "echo out; echo err >&2; exit 3"},
