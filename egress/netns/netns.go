@@ -1,0 +1,160 @@
+// Package netns creates, enters and removes named network namespaces without
+// shelling out. Entering happens on a locked OS thread that is discarded if
+// it cannot return to its original namespace, so no goroutine ever runs in a
+// namespace it did not ask for.
+package netns
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Dir is where named network namespaces live (the iproute2 convention,
+// so `ip netns` lists wovyr's namespaces too).
+const Dir = "/run/netns"
+
+// Path returns the bind-mount path of the named netns.
+func Path(name string) string { return filepath.Join(Dir, name) }
+
+// Create makes a new named network namespace, bind-mounted at
+// /run/netns/name, and runs setup inside it (on a thread that is thrown away
+// afterwards, so no goroutine ever runs in the wrong namespace).
+func Create(name string, setup func() error) error {
+	if err := ensureDir(); err != nil {
+		return err
+	}
+	p := Path(name)
+	f, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return fmt.Errorf("create netns file %s: %w", p, err)
+	}
+	f.Close()
+	errc := make(chan error, 1)
+	go func() {
+		// The thread never returns to the runtime: the goroutine exits
+		// locked, so Go terminates the thread with the namespace it holds.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("unshare netns: %w", err)
+			return
+		}
+		src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
+		if err := unix.Mount(src, p, "", unix.MS_BIND, ""); err != nil {
+			errc <- fmt.Errorf("bind netns to %s: %w", p, err)
+			return
+		}
+		if setup != nil {
+			if err := setup(); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	if err := <-errc; err != nil {
+		_ = Delete(name)
+		return err
+	}
+	return nil
+}
+
+// Delete unmounts and removes a named netns. A missing one is not an error.
+func Delete(name string) error {
+	p := Path(name)
+	err := unix.Unmount(p, unix.MNT_DETACH)
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", p, err)
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", p, err)
+	}
+	return nil
+}
+
+// ensureDir makes /run/netns a shared mount point, as iproute2 does, so
+// namespaces mounted there are visible from other mount namespaces.
+func ensureDir() error {
+	if err := os.MkdirAll(Dir, 0o755); err != nil {
+		return err
+	}
+	err := unix.Mount("", Dir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	if errors.Is(err, unix.EINVAL) {
+		if err := unix.Mount(Dir, Dir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", Dir, err)
+		}
+		err = unix.Mount("", Dir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	}
+	if err != nil {
+		return fmt.Errorf("make %s shared: %w", Dir, err)
+	}
+	return nil
+}
+
+// Do runs fn on a thread that has joined the netns at path; "" means the
+// current one. Sockets and /proc/sys/net files opened by fn belong to that
+// namespace and keep it after fn returns.
+func Do(path string, fn func() error) error {
+	if path == "" {
+		return fn()
+	}
+	target, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open netns %s: %w", path, err)
+	}
+	defer unix.Close(target)
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- err
+			return // thread discarded
+		}
+		defer unix.Close(orig)
+		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("setns %s: %w", path, err)
+			return
+		}
+		ferr := fn()
+		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+			errc <- errors.Join(ferr, fmt.Errorf("setns back: %w", err))
+			return // stays locked: the thread dies with the goroutine
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+// Sysctl writes value to /proc/sys/<key> (key uses '/' separators) in the
+// calling thread's network namespace.
+func Sysctl(key, value string) error {
+	if err := os.WriteFile(filepath.Join("/proc/sys", key), []byte(value), 0o644); err != nil {
+		return fmt.Errorf("sysctl %s=%s: %w", key, value, err)
+	}
+	return nil
+}
+
+// List returns the names of the namespaces in Dir that start with prefix.
+func List(prefix string) ([]string, error) {
+	ents, err := os.ReadDir(Dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), prefix) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
