@@ -14,8 +14,8 @@ import (
 	"github.com/wovyr/wovyr/egress/netns"
 )
 
-// Leftovers lists what this configuration's tag owns on the machine: netns
-// names, nft tables (in the host netns) and host-side links. Tests assert it
+// Leftovers lists what this configuration's tag owns on the machine: slot
+// netns names, nft tables (in the host netns) and host-side links. Tests assert it
 // is empty after they finish.
 type Leftovers struct {
 	Netns, Tables, Links []string
@@ -31,8 +31,14 @@ func Find(ctx context.Context, cfg Config) (Leftovers, error) {
 		return Leftovers{}, err
 	}
 	var out Leftovers
-	if out.Netns, err = netns.List("wovyr-" + cfg.Tag + "-"); err != nil {
+	names, err := netns.List("wovyr-" + cfg.Tag + "-s")
+	if err != nil {
 		return out, err
+	}
+	for _, n := range names {
+		if isDigits(strings.TrimPrefix(n, "wovyr-"+cfg.Tag+"-s")) {
+			out.Netns = append(out.Netns, n)
+		}
 	}
 	err = withHost(cfg, func(cc *nftables.Conn, h *netlink.Handle) error {
 		tables, err := cc.ListTablesOfFamily(nftables.TableFamilyINet)
@@ -92,9 +98,6 @@ func Reconcile(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}))
 	}
 	for _, n := range left.Netns {
-		if netns.Path(n) == cfg.HostNetns {
-			continue // a test's stand-in host; its owner removes it
-		}
 		errs = append(errs, netns.Delete(n))
 	}
 	if !left.Empty() {

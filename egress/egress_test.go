@@ -1,0 +1,177 @@
+package egress_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wovyr/wovyr/egress"
+	"github.com/wovyr/wovyr/egress/egresstest"
+)
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(probeEnv); spec != "" {
+		os.Exit(runProbe(spec))
+	}
+	os.Exit(m.Run())
+}
+
+// logBuf collects the service's log lines for assertions.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("egress tests need root (network namespaces, nftables); CI runs as root")
+	}
+}
+
+// env is one rig plus one service on it, torn down (and checked for
+// leftovers) at the end of the test.
+type env struct {
+	rig  *egresstest.Rig
+	svc  *egress.Service
+	cfg  egress.Config
+	logs *logBuf
+}
+
+func newEnv(t testing.TB, tag string) *env {
+	t.Helper()
+	requireRoot(t)
+	ctx := context.Background()
+	rig, err := egresstest.New(ctx, tag)
+	if err != nil {
+		t.Fatalf("rig: %v", err)
+	}
+	cfg := rig.Config()
+	if err := egress.Reconcile(ctx, cfg, nil); err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	logs := &logBuf{}
+	svc, err := egress.NewService(ctx, cfg, slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		rig.Close()
+		t.Fatalf("service: %v", err)
+	}
+	e := &env{rig: rig, svc: svc, cfg: cfg, logs: logs}
+	t.Cleanup(func() {
+		if err := svc.Close(context.Background()); err != nil {
+			t.Errorf("service close: %v", err)
+		}
+		left, err := egress.Find(context.Background(), cfg)
+		if err != nil {
+			t.Errorf("find leftovers: %v", err)
+		}
+		if !left.Empty() {
+			t.Errorf("leftovers after Close: %+v", left)
+		}
+		if err := rig.Close(); err != nil {
+			t.Errorf("rig close: %v", err)
+		}
+		for _, n := range []string{rig.HostNetns, rig.UpNetns} {
+			if _, err := os.Stat(n); err == nil {
+				t.Errorf("rig netns %s left behind", n)
+			}
+		}
+	})
+	return e
+}
+
+func (e *env) slot(t testing.TB) *egress.Slot {
+	t.Helper()
+	s, err := e.svc.NewSlot(context.Background())
+	if err != nil {
+		t.Fatalf("new slot: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(context.Background()); err != nil {
+			t.Errorf("slot close: %v", err)
+		}
+	})
+	return s
+}
+
+// probe runs the probe program inside the slot and returns its report.
+func (e *env) probe(t testing.TB, s *egress.Slot, spec probeSpec) probeReport {
+	t.Helper()
+	spec.CA = e.rig.CAPEM
+	spec.DNS = s.Gateway().String() + ":53"
+	b, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe)
+	cmd.Env = []string{probeEnv + "=" + string(b)}
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := s.Start(cmd); err != nil {
+		t.Fatalf("start probe in slot: %v", err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("probe: %v\n%s", err, stderr.String())
+	}
+	var rep probeReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("probe report: %v\n%s\n%s", err, out.String(), stderr.String())
+	}
+	return rep
+}
+
+// row is one line of a truth table: a check and whether it must succeed.
+type row struct {
+	c    check
+	want bool
+}
+
+func checks(rows []row) []check {
+	var cs []check
+	for _, r := range rows {
+		cs = append(cs, r.c)
+	}
+	return cs
+}
+
+// assertTable compares a report (and its child's) with the table.
+func assertTable(t *testing.T, rows []row, rep probeReport, depth int) {
+	t.Helper()
+	if len(rep.Outcomes) != len(rows) {
+		t.Fatalf("depth %d: %d outcomes for %d checks", depth, len(rep.Outcomes), len(rows))
+	}
+	for i, r := range rows {
+		o := rep.Outcomes[i]
+		if o.ID != r.c.ID {
+			t.Fatalf("depth %d: outcome %d is %q, want %q", depth, i, o.ID, r.c.ID)
+		}
+		if o.OK != r.want {
+			t.Errorf("depth %d: %-28s ok=%v, want %v (%s)", depth, r.c.ID, o.OK, r.want, strings.TrimSpace(o.Detail))
+		}
+	}
+}
