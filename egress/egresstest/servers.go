@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -46,26 +47,30 @@ func (r *Rig) startServers() error {
 			r.closers = append(r.closers, l.Close)
 			go serveEcho(l)
 		}
-		for _, p := range []int{UDPEchoPort, 443} {
-			pc, err := net.ListenPacket("udp4", fmt.Sprintf(":%d", p))
-			if err != nil {
-				return err
+		// UDP servers bind each address: a wildcard socket would answer
+		// from the transit address, which no conntrack entry matches.
+		for _, a := range []netip.Addr{Allowed, Denied} {
+			for _, p := range []int{UDPEchoPort, 443} {
+				pc, err := net.ListenPacket("udp4", netip.AddrPortFrom(a, uint16(p)).String())
+				if err != nil {
+					return err
+				}
+				r.closers = append(r.closers, pc.Close)
+				go serveUDPEcho(pc)
 			}
-			r.closers = append(r.closers, pc.Close)
-			go serveUDPEcho(pc)
 		}
 		hl, err := net.Listen("tcp4", ":80")
 		if err != nil {
 			return err
 		}
-		hs := &http.Server{Handler: http.HandlerFunc(serveHTTP("http")), ReadHeaderTimeout: 5 * time.Second}
+		hs := &http.Server{Handler: http.HandlerFunc(serveHTTP("http")), ReadHeaderTimeout: 5 * time.Second, ErrorLog: quiet}
 		r.closers = append(r.closers, hs.Close)
 		go hs.Serve(hl)
 		tl, err := net.Listen("tcp4", ":443")
 		if err != nil {
 			return err
 		}
-		ts := &http.Server{Handler: http.HandlerFunc(serveHTTP("https")), ReadHeaderTimeout: 5 * time.Second,
+		ts := &http.Server{Handler: http.HandlerFunc(serveHTTP("https")), ReadHeaderTimeout: 5 * time.Second, ErrorLog: quiet,
 			TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
 		r.closers = append(r.closers, ts.Close)
 		go ts.ServeTLS(tl, "", "")
@@ -102,6 +107,9 @@ func (r *Rig) startHostServices() error {
 		return nil
 	})
 }
+
+// quiet drops the servers' own error log (denied handshakes are expected).
+var quiet = log.New(io.Discard, "", 0)
 
 // serveEcho writes "<local addr>\n" and then echoes.
 func serveEcho(l net.Listener) {
