@@ -192,7 +192,7 @@ func (s *Slot) scrub() error {
 		case "eth0":
 			eth = l
 		default:
-			if err := h.LinkDel(l); err != nil {
+			if err := h.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
 				return fmt.Errorf("delete stray link %s: %w", l.Attrs().Name, err)
 			}
 		}
