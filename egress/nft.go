@@ -37,11 +37,11 @@ type slotTable struct {
 
 const allowChain = "allow"
 
-func newNft(hostFd int) (*nftables.Conn, error) {
-	if hostFd < 0 {
-		return nftables.New()
+func newNft(hostFd int, opts ...nftables.ConnOption) (*nftables.Conn, error) {
+	if hostFd >= 0 {
+		opts = append(opts, nftables.WithNetNSFd(hostFd))
 	}
-	return nftables.New(nftables.WithNetNSFd(hostFd))
+	return nftables.New(opts...)
 }
 
 func (t *slotTable) build(cc *nftables.Conn, lp listenPorts, masq bool) {
@@ -97,9 +97,12 @@ func (t *slotTable) build(cc *nftables.Conn, lp listenPorts, masq bool) {
 	}
 }
 
-// setAllow replaces the allow chain with rules (in the caller's batch).
-func (t *slotTable) setAllow(cc *nftables.Conn, rules []cidrAllow) {
-	cc.FlushChain(t.allow)
+// setAllow fills the allow chain with rules (in the caller's batch),
+// flushing it first unless the caller knows it is empty.
+func (t *slotTable) setAllow(cc *nftables.Conn, rules []cidrAllow, flush bool) {
+	if flush {
+		cc.FlushChain(t.allow)
+	}
 	for _, r := range rules {
 		for _, p := range r.ports {
 			var e []expr.Any

@@ -155,10 +155,12 @@ func (s *Service) NewSlot(ctx context.Context) (*Slot, error) {
 	s.used[idx] = sl
 	s.mu.Unlock()
 	if err := s.buildSlot(sl); err != nil {
+		sl.closeHandles()
 		err = errors.Join(err, s.destroySlot(idx))
 		s.freeSlot(sl)
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "create network slot %s", sl.ns)
 	}
+	sl.clean = true
 	s.mu.Lock()
 	s.byAddr[sb] = sl
 	s.mu.Unlock()
@@ -218,70 +220,77 @@ func (s *Service) buildSlot(sl *Slot) error {
 	if err := s.hostH.LinkSetUp(host); err != nil {
 		return fmt.Errorf("host veth up: %w", err)
 	}
-	h, closeH, err := slotHandle(sl.NetnsPath())
-	if err != nil {
+	if err := sl.openHandles(); err != nil {
 		return err
 	}
-	defer closeH()
-	eth, err := h.LinkByName("eth0")
-	if err != nil {
-		return fmt.Errorf("slot eth0: %w", err)
+	if err := sl.scrubNetns(); err != nil {
+		return fmt.Errorf("slot side: %w", err)
 	}
-	if err := s.configSlotSide(h, eth, t.sb, t.gw); err != nil {
-		return err
-	}
-	cc, err := newNft(s.hostFd)
-	if err != nil {
+	if sl.nft, err = newNft(s.hostFd, nftables.AsLasting()); err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	t.build(cc, s.ports, s.cfg.Masquerade)
-	if err := cc.Flush(); err != nil {
+	t.build(sl.nft, s.ports, s.cfg.Masquerade)
+	if err := sl.nft.Flush(); err != nil {
 		return fmt.Errorf("nft table %s: %w", t.table.Name, err)
 	}
 	return nil
 }
 
-// configSlotSide sets the inside: lo and eth0 up, exactly sb/30 on eth0,
-// the default route via the gateway (which leads only to the host-side table).
-func (s *Service) configSlotSide(h *netlink.Handle, eth netlink.Link, sb, gw netip.Addr) error {
-	lo, err := h.LinkByName("lo")
-	if err != nil {
-		return fmt.Errorf("slot lo: %w", err)
-	}
-	if err := h.LinkSetUp(lo); err != nil {
-		return fmt.Errorf("slot lo up: %w", err)
+// configSlotSide makes the inside what it was built as: lo and eth0 up,
+// exactly sb/30 on eth0, only the kernel's routes plus the default route via
+// the gateway (which leads only to the host-side table). It reads first and
+// writes only what differs, so verifying a clean slot is cheap.
+func configSlotSide(h *netlink.Handle, links []netlink.Link, eth netlink.Link, sb, gw netip.Addr) error {
+	for _, l := range links {
+		if l.Attrs().Flags&net.FlagUp == 0 {
+			if err := h.LinkSetUp(l); err != nil {
+				return fmt.Errorf("slot %s up: %w", l.Attrs().Name, err)
+			}
+		}
 	}
 	addrs, err := h.AddrList(eth, unix.AF_UNSPEC)
 	if err != nil {
 		return err
 	}
 	want := addr(sb, 30)
+	have := false
 	for _, a := range addrs {
-		if !a.Equal(*want) {
-			if err := h.AddrDel(eth, &a); err != nil {
-				return fmt.Errorf("drop stray address %s: %w", a.IPNet, err)
-			}
+		if a.Equal(*want) {
+			have = true
+			continue
+		}
+		if err := h.AddrDel(eth, &a); err != nil {
+			return fmt.Errorf("drop stray address %s: %w", a.IPNet, err)
 		}
 	}
-	if err := h.AddrReplace(eth, want); err != nil {
-		return fmt.Errorf("slot address: %w", err)
-	}
-	if err := h.LinkSetUp(eth); err != nil {
-		return fmt.Errorf("slot eth0 up: %w", err)
+	if !have {
+		if err := h.AddrReplace(eth, want); err != nil {
+			return fmt.Errorf("slot address: %w", err)
+		}
 	}
 	routes, err := h.RouteList(nil, unix.AF_INET)
 	if err != nil {
 		return err
 	}
+	gwIP := net.IP(gw.AsSlice())
+	haveDef := false
 	for _, r := range routes {
-		if r.Protocol != unix.RTPROT_KERNEL {
+		switch {
+		case r.Protocol == unix.RTPROT_KERNEL:
+		case isDefault(r) && r.Gw.Equal(gwIP) && r.LinkIndex == eth.Attrs().Index && !haveDef:
+			haveDef = true
+		default:
 			r := r
-			_ = h.RouteDel(&r)
+			if err := h.RouteDel(&r); err != nil {
+				return fmt.Errorf("drop stray route %s: %w", r, err)
+			}
 		}
 	}
-	def := &netlink.Route{LinkIndex: eth.Attrs().Index, Gw: net.IP(gw.AsSlice()), Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}}
-	if err := h.RouteReplace(def); err != nil {
-		return fmt.Errorf("slot default route: %w", err)
+	if !haveDef {
+		def := &netlink.Route{LinkIndex: eth.Attrs().Index, Gw: gwIP, Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}}
+		if err := h.RouteReplace(def); err != nil {
+			return fmt.Errorf("slot default route: %w", err)
+		}
 	}
 	return nil
 }
@@ -344,4 +353,12 @@ func (s *Service) dial(ctx context.Context, network string, dst netip.AddrPort) 
 
 func addr(a netip.Addr, bits int) *netlink.Addr {
 	return &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(bits, 32)}}
+}
+
+func isDefault(r netlink.Route) bool {
+	if r.Dst == nil {
+		return true
+	}
+	ones, _ := r.Dst.Mask.Size()
+	return ones == 0
 }

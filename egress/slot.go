@@ -67,7 +67,11 @@ type Slot struct {
 	idx    int
 	ns     string
 	table  *slotTable
+	nft    *nftables.Conn  // lasting, to the host netns; only the owner uses it
+	in     *nftables.Conn  // lasting, inside the slot's netns
+	h      *netlink.Handle // rtnetlink inside the slot's netns
 	bind   atomic.Pointer[binding]
+	clean  bool // released and wiped since the last binding
 	closed bool
 }
 
@@ -104,11 +108,12 @@ func (s *Slot) Start(cmd *exec.Cmd) error {
 	return netns.Do(s.NetnsPath(), cmd.Start)
 }
 
-// Apply wipes what a previous tenant may have left in the netns, then binds
-// the slot to b: b.Policy's CIDR rules go into the host-side table (one
-// atomic nftables batch), its names into the stub and proxy. It returns a
-// BadInput or Unenforceable *sandbox.Error for a policy this node cannot
-// hold, leaving the slot denying everything.
+// Apply binds the slot to b: b.Policy's CIDR rules go into the host-side
+// allow chain (one atomic nftables batch), its names into the stub and
+// proxy. A slot still bound to someone is released (wiped) first; a clean
+// one is only verified, which keeps claim time low. It returns a BadInput
+// or Unenforceable *sandbox.Error for a policy this node cannot hold,
+// before touching the slot.
 func (s *Slot) Apply(ctx context.Context, b Binding) error {
 	if !sandbox.ValidTenant(b.Tenant) {
 		return sandbox.Errorf(sandbox.BadInput, "tenant", "tenant %q is not a valid name", b.Tenant)
@@ -117,82 +122,80 @@ func (s *Slot) Apply(ctx context.Context, b Binding) error {
 	if err != nil {
 		return err
 	}
-	if err := s.Release(ctx); err != nil {
-		return err
+	if !s.clean {
+		if err := s.Release(ctx); err != nil {
+			return err
+		}
 	}
-	if err := s.scrub(); err != nil {
-		return sandbox.Wrap(sandbox.BackendFailure, err, "wipe slot %s", s.ns)
+	// Verify, not assume: nothing may have changed in the netns since the
+	// wipe, but re-asserting it costs well under a millisecond.
+	if err := s.scrubNetns(); err != nil {
+		return sandbox.Wrap(sandbox.BackendFailure, err, "verify slot %s", s.ns)
 	}
-	cc, err := newNft(s.svc.hostFd)
-	if err != nil {
-		return sandbox.Wrap(sandbox.BackendFailure, err, "nftables")
-	}
-	s.table.setAllow(cc, rules)
-	if err := cc.Flush(); err != nil {
+	s.clean = false
+	s.table.setAllow(s.nft, rules, false)
+	if err := s.nft.Flush(); err != nil {
 		return sandbox.Wrap(sandbox.BackendFailure, err, "apply policy to %s", s.table.table.Name)
 	}
 	nb := &binding{Binding: b, rules: rules, resolved: map[string]map[netip.Addr]struct{}{}}
 	s.bind.Store(nb)
 	s.svc.log.Info("egress apply", "slot", s.ns, "tenant", b.Tenant, "invocation", b.Invocation,
-		"rules", len(b.Policy.Allow), "cidr_rules", len(rules))
+		"rules", len(b.Policy.Allow), "nft_rules", len(rules))
 	return nil
 }
 
-// Release returns the slot to deny-all: the binding and everything the
-// stub resolved under it are forgotten, the allow chain is emptied and the
-// packets the table dropped under it are logged.
+// Release returns the slot to deny-all and wipes it for the next tenant:
+// the binding and everything the stub resolved under it are forgotten, the
+// allow chain is emptied, the netns is restored to its built state, the
+// previous tenant's conntrack entries go, and the packets the table dropped
+// under the binding are logged. Call it when the tenant's processes are gone.
 func (s *Slot) Release(ctx context.Context) error {
 	old := s.bind.Swap(nil)
-	cc, err := newNft(s.svc.hostFd)
-	if err != nil {
-		return sandbox.Wrap(sandbox.BackendFailure, err, "nftables")
-	}
-	cc.FlushChain(s.table.allow)
-	if err := cc.Flush(); err != nil {
-		return sandbox.Wrap(sandbox.BackendFailure, err, "release %s", s.table.table.Name)
-	}
 	if old != nil {
-		n, err := droppedPackets(cc, s.table.table)
+		n, err := droppedPackets(s.nft, s.table.table)
 		s.svc.log.Info("egress release", "slot", s.ns, "tenant", old.Tenant, "invocation", old.Invocation,
 			"dropped_packets", n, "count_error", err)
 	}
+	s.nft.FlushChain(s.table.allow)
+	if err := s.nft.Flush(); err != nil {
+		return sandbox.Wrap(sandbox.BackendFailure, err, "release %s", s.table.table.Name)
+	}
+	if err := s.scrubNetns(); err != nil {
+		return sandbox.Wrap(sandbox.BackendFailure, err, "wipe slot %s", s.ns)
+	}
+	f := &netlink.ConntrackFilter{}
+	if err := f.AddIP(netlink.ConntrackOrigSrcIP, net.IP(s.table.sb.AsSlice())); err != nil {
+		return sandbox.Wrap(sandbox.BackendFailure, err, "conntrack filter")
+	}
+	if _, err := s.svc.hostH.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, f); err != nil {
+		return sandbox.Wrap(sandbox.BackendFailure, err, "flush conntrack of %s", s.table.sb)
+	}
+	s.clean = true
 	return nil
 }
 
-// scrub restores the slot's netns to its built state: no nft ruleset, no
-// extra links, exactly one address and the default route on eth0, and no
-// conntrack entries of the previous tenant on the host side.
-func (s *Slot) scrub() error {
-	h, closeH, err := slotHandle(s.NetnsPath())
-	if err != nil {
-		return err
-	}
-	defer closeH()
-	fd, err := unix.Open(s.NetnsPath(), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	in, err := nftables.New(nftables.WithNetNSFd(fd))
-	if err != nil {
-		return err
-	}
-	in.FlushRuleset()
-	if err := in.Flush(); err != nil {
+// scrubNetns restores the slot's netns to its built state: no nft ruleset,
+// no extra links, exactly one address and the default route on eth0.
+func (s *Slot) scrubNetns() error {
+	s.in.FlushRuleset()
+	if err := s.in.Flush(); err != nil {
 		return fmt.Errorf("flush in-slot ruleset: %w", err)
 	}
-	links, err := h.LinkList()
+	links, err := s.h.LinkList()
 	if err != nil {
 		return err
 	}
 	var eth netlink.Link
+	var keep []netlink.Link
 	for _, l := range links {
 		switch l.Attrs().Name {
 		case "lo":
+			keep = append(keep, l)
 		case "eth0":
 			eth = l
+			keep = append(keep, l)
 		default:
-			if err := h.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+			if err := s.h.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
 				return fmt.Errorf("delete stray link %s: %w", l.Attrs().Name, err)
 			}
 		}
@@ -200,17 +203,7 @@ func (s *Slot) scrub() error {
 	if eth == nil {
 		return errors.New("eth0 is gone from the slot")
 	}
-	if err := s.svc.configSlotSide(h, eth, s.table.sb, s.table.gw); err != nil {
-		return err
-	}
-	f := &netlink.ConntrackFilter{}
-	if err := f.AddIP(netlink.ConntrackOrigSrcIP, net.IP(s.table.sb.AsSlice())); err != nil {
-		return err
-	}
-	if _, err := s.svc.hostH.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, f); err != nil {
-		return fmt.Errorf("flush conntrack of %s: %w", s.table.sb, err)
-	}
-	return nil
+	return configSlotSide(s.h, keep, eth, s.table.sb, s.table.gw)
 }
 
 // Close releases the slot and removes its table, veth and netns. It is
@@ -224,20 +217,41 @@ func (s *Slot) Close(ctx context.Context) error {
 	if old := s.bind.Swap(nil); old != nil {
 		s.svc.log.Info("egress close", "slot", s.ns, "tenant", old.Tenant, "invocation", old.Invocation)
 	}
+	s.closeHandles()
 	err := s.svc.destroySlot(s.idx)
 	s.svc.freeSlot(s)
 	return err
 }
 
-func slotHandle(path string) (*netlink.Handle, func(), error) {
-	ns, err := vnetns.GetFromPath(path)
+// openHandles opens the slot's lasting netlink sockets (claim-time work
+// then costs round trips, not socket set-up).
+func (s *Slot) openHandles() error {
+	ns, err := vnetns.GetFromPath(s.NetnsPath())
 	if err != nil {
-		return nil, nil, fmt.Errorf("open %s: %w", path, err)
+		return fmt.Errorf("open %s: %w", s.NetnsPath(), err)
 	}
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		ns.Close()
-		return nil, nil, fmt.Errorf("netlink in %s: %w", path, err)
+	defer ns.Close()
+	if s.h, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE); err != nil {
+		return fmt.Errorf("netlink in %s: %w", s.ns, err)
 	}
-	return h, func() { h.Close(); ns.Close() }, nil
+	if s.in, err = nftables.New(nftables.WithNetNSFd(int(ns)), nftables.AsLasting()); err != nil {
+		return fmt.Errorf("nftables in %s: %w", s.ns, err)
+	}
+	return nil
+}
+
+// closeHandles closes the sockets that would otherwise keep the netns alive.
+func (s *Slot) closeHandles() {
+	if s.nft != nil {
+		_ = s.nft.CloseLasting()
+		s.nft = nil
+	}
+	if s.in != nil {
+		_ = s.in.CloseLasting()
+		s.in = nil
+	}
+	if s.h != nil {
+		s.h.Close()
+		s.h = nil
+	}
 }
