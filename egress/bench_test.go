@@ -79,7 +79,7 @@ func BenchmarkClaim(b *testing.B) {
 	for b.Loop() {
 		i++
 		t0 := time.Now()
-		if err := s.Apply(ctx, egress.Binding{Tenant: fmt.Sprintf("t%d", i%2), Invocation: fmt.Sprint(i), Policy: tenantPolicy}); err != nil {
+		if err := s.Apply(ctx, egress.Binding{Tenant: fmt.Sprintf("t%d", i%2), Invocation: fmt.Sprint(i), Policy: egresstest.TenantPolicy}); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()

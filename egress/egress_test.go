@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,8 +16,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(probeEnv); spec != "" {
-		os.Exit(runProbe(spec))
+	if spec := os.Getenv(egresstest.ProbeEnv); spec != "" {
+		os.Exit(egresstest.RunProbe(spec))
 	}
 	os.Exit(m.Run())
 }
@@ -114,7 +113,7 @@ func (e *env) slot(t testing.TB) *egress.Slot {
 }
 
 // probe runs the probe program inside the slot and returns its report.
-func (e *env) probe(t testing.TB, s *egress.Slot, spec probeSpec) probeReport {
+func (e *env) probe(t testing.TB, s *egress.Slot, spec egresstest.ProbeSpec) egresstest.Report {
 	t.Helper()
 	spec.CA = e.rig.CAPEM
 	spec.DNS = s.Gateway().String() + ":53"
@@ -129,7 +128,7 @@ func (e *env) probe(t testing.TB, s *egress.Slot, spec probeSpec) probeReport {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, exe)
-	cmd.Env = []string{probeEnv + "=" + string(b)}
+	cmd.Env = []string{egresstest.ProbeEnv + "=" + string(b)}
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := s.Start(cmd); err != nil {
@@ -138,40 +137,9 @@ func (e *env) probe(t testing.TB, s *egress.Slot, spec probeSpec) probeReport {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("probe: %v\n%s", err, stderr.String())
 	}
-	var rep probeReport
+	var rep egresstest.Report
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatalf("probe report: %v\n%s\n%s", err, out.String(), stderr.String())
 	}
 	return rep
-}
-
-// row is one line of a truth table: a check and whether it must succeed.
-type row struct {
-	c    check
-	want bool
-}
-
-func checks(rows []row) []check {
-	var cs []check
-	for _, r := range rows {
-		cs = append(cs, r.c)
-	}
-	return cs
-}
-
-// assertTable compares a report (and its child's) with the table.
-func assertTable(t *testing.T, rows []row, rep probeReport, depth int) {
-	t.Helper()
-	if len(rep.Outcomes) != len(rows) {
-		t.Fatalf("depth %d: %d outcomes for %d checks", depth, len(rep.Outcomes), len(rows))
-	}
-	for i, r := range rows {
-		o := rep.Outcomes[i]
-		if o.ID != r.c.ID {
-			t.Fatalf("depth %d: outcome %d is %q, want %q", depth, i, o.ID, r.c.ID)
-		}
-		if o.OK != r.want {
-			t.Errorf("depth %d: %-28s ok=%v, want %v (%s)", depth, r.c.ID, o.OK, r.want, strings.TrimSpace(o.Detail))
-		}
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wovyr/wovyr/egress"
+	"github.com/wovyr/wovyr/egress/egresstest"
 	"github.com/wovyr/wovyr/egress/netns"
 	"github.com/wovyr/wovyr/netpolicy"
 	"github.com/wovyr/wovyr/sandbox"
@@ -56,17 +57,17 @@ func TestClaimWipesTenantState(t *testing.T) {
 	if n := allowRules(t, e, s); n != 0 {
 		t.Fatalf("a fresh slot has %d allow rules, want 0", n)
 	}
-	if err := s.Apply(ctx, egress.Binding{Tenant: "a", Invocation: "a1", Policy: tenantPolicy}); err != nil {
+	if err := s.Apply(ctx, egress.Binding{Tenant: "a", Invocation: "a1", Policy: egresstest.TenantPolicy}); err != nil {
 		t.Fatal(err)
 	}
 	if n := allowRules(t, e, s); n < 3 {
 		t.Fatalf("tenant policy gave %d allow rules", n)
 	}
-	pre := []row{
-		{check{ID: "resolve", Kind: "dns", Addr: s.Gateway().String() + ":53", Host: "allowed.test"}, true},
-		{check{ID: "http", Kind: "http", Addr: "10.213.200.1:80", Host: "allowed.test"}, true},
+	pre := []egresstest.Row{
+		{C: egresstest.Check{ID: "resolve", Kind: "dns", Addr: s.Gateway().String() + ":53", Host: "allowed.test"}, Want: true},
+		{C: egresstest.Check{ID: "http", Kind: "http", Addr: "10.213.200.1:80", Host: "allowed.test"}, Want: true},
 	}
-	assertTable(t, pre, e.probe(t, s, probeSpec{Checks: checks(pre)}), 0)
+	egresstest.AssertTable(t, pre, e.probe(t, s, egresstest.ProbeSpec{Checks: egresstest.Checks(pre)}), 0)
 
 	// Tenant A, as root inside its netns, leaves things behind.
 	if err := netns.Do(s.NetnsPath(), func() error {
@@ -96,7 +97,7 @@ func TestClaimWipesTenantState(t *testing.T) {
 	}
 
 	// Tenant B claims the slot with the same policy.
-	if err := s.Apply(ctx, egress.Binding{Tenant: "b", Invocation: "b1", Policy: tenantPolicy}); err != nil {
+	if err := s.Apply(ctx, egress.Binding{Tenant: "b", Invocation: "b1", Policy: egresstest.TenantPolicy}); err != nil {
 		t.Fatal(err)
 	}
 	h, err := netlink.NewHandleAt(mustNS(t, s.NetnsPath()))
@@ -138,12 +139,12 @@ func TestClaimWipesTenantState(t *testing.T) {
 		t.Errorf("in-slot nft tables after claim: %d", len(tables))
 	}
 	// What the stub resolved for A is not pinned for B: B must resolve itself.
-	post := []row{
-		{check{ID: "http-unresolved", Kind: "http", Addr: "10.213.200.1:80", Host: "allowed.test"}, false},
-		{check{ID: "resolve", Kind: "dns", Addr: s.Gateway().String() + ":53", Host: "allowed.test"}, true},
-		{check{ID: "http-resolved", Kind: "http", Addr: "10.213.200.1:80", Host: "allowed.test"}, true},
+	post := []egresstest.Row{
+		{C: egresstest.Check{ID: "http-unresolved", Kind: "http", Addr: "10.213.200.1:80", Host: "allowed.test"}, Want: false},
+		{C: egresstest.Check{ID: "resolve", Kind: "dns", Addr: s.Gateway().String() + ":53", Host: "allowed.test"}, Want: true},
+		{C: egresstest.Check{ID: "http-resolved", Kind: "http", Addr: "10.213.200.1:80", Host: "allowed.test"}, Want: true},
 	}
-	assertTable(t, post, e.probe(t, s, probeSpec{Checks: checks(post)}), 0)
+	egresstest.AssertTable(t, post, e.probe(t, s, egresstest.ProbeSpec{Checks: egresstest.Checks(post)}), 0)
 
 	if err := s.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -169,7 +170,7 @@ func TestApplyRejectsAndStaysDenyAll(t *testing.T) {
 	e := newEnv(t, "t4")
 	ctx := context.Background()
 	s := e.slot(t)
-	if err := s.Apply(ctx, egress.Binding{Tenant: "a", Invocation: "a1", Policy: tenantPolicy}); err != nil {
+	if err := s.Apply(ctx, egress.Binding{Tenant: "a", Invocation: "a1", Policy: egresstest.TenantPolicy}); err != nil {
 		t.Fatal(err)
 	}
 	bad := netpolicy.Policy{Allow: []netpolicy.Rule{{CIDR: "10.213.200.0/24", Ports: []uint16{0}}}}
@@ -180,7 +181,7 @@ func TestApplyRejectsAndStaysDenyAll(t *testing.T) {
 	if err := s.Apply(ctx, egress.Binding{Tenant: "b", Invocation: "b1", Policy: v6}); !errors.Is(err, sandbox.Unenforceable) {
 		t.Fatalf("ipv6: %v", err)
 	}
-	if err := s.Apply(ctx, egress.Binding{Tenant: "Not A Tenant", Policy: tenantPolicy}); !errors.Is(err, sandbox.BadInput) {
+	if err := s.Apply(ctx, egress.Binding{Tenant: "Not A Tenant", Policy: egresstest.TenantPolicy}); !errors.Is(err, sandbox.BadInput) {
 		t.Fatalf("tenant: %v", err)
 	}
 	// Apply validates before touching the slot, so tenant A's binding is

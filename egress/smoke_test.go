@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/wovyr/wovyr/egress"
+	"github.com/wovyr/wovyr/egress/egresstest"
 	"github.com/wovyr/wovyr/netpolicy"
 )
 
@@ -18,17 +19,17 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := []row{
-		{check{ID: "tcp-allowed", Kind: "tcp", Addr: "10.213.200.1:7001"}, true},
-		{check{ID: "tcp-denied", Kind: "tcp", Addr: "10.213.200.2:7001"}, false},
-		{check{ID: "dns", Kind: "dns", Addr: s.Gateway().String() + ":53", Host: "allowed.test"}, true},
-		{check{ID: "http", Kind: "http", Addr: "10.213.200.1:80", Host: "allowed.test"}, true},
-		{check{ID: "tls", Kind: "tls", Addr: "10.213.200.1:443", SNI: "allowed.test"}, true},
+	rows := []egresstest.Row{
+		{C: egresstest.Check{ID: "tcp-allowed", Kind: "tcp", Addr: "10.213.200.1:7001"}, Want: true},
+		{C: egresstest.Check{ID: "tcp-denied", Kind: "tcp", Addr: "10.213.200.2:7001"}, Want: false},
+		{C: egresstest.Check{ID: "dns", Kind: "dns", Addr: s.Gateway().String() + ":53", Host: "allowed.test"}, Want: true},
+		{C: egresstest.Check{ID: "http", Kind: "http", Addr: "10.213.200.1:80", Host: "allowed.test"}, Want: true},
+		{C: egresstest.Check{ID: "tls", Kind: "tls", Addr: "10.213.200.1:443", SNI: "allowed.test"}, Want: true},
 	}
-	rep := e.probe(t, s, probeSpec{Checks: checks(rows)})
+	rep := e.probe(t, s, egresstest.ProbeSpec{Checks: egresstest.Checks(rows)})
 	for _, o := range rep.Outcomes {
 		t.Logf("%s %v %s", o.ID, o.OK, o.Detail)
 	}
-	assertTable(t, rows, rep, 0)
+	egresstest.AssertTable(t, rows, rep, 0)
 	t.Log(e.logs.String())
 }

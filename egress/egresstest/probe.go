@@ -1,4 +1,4 @@
-package egress_test
+package egresstest
 
 import (
 	"bufio"
@@ -21,14 +21,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The test binary doubles as the in-sandbox probe: started inside a slot's
-// netns with WOVYR_EGRESS_PROBE set, it runs the checks in that JSON spec
-// and prints one JSON report. With a Child spec it re-executes itself
+// The probe is what runs inside a sandbox: a test binary whose TestMain
+// calls RunProbe when ProbeEnv is set runs the checks of that JSON spec and
+// prints one JSON report. With a Child spec it re-executes itself
 // (inheriting the netns like any child would) and embeds the child's report.
 
-const probeEnv = "WOVYR_EGRESS_PROBE"
+// ProbeEnv carries the JSON ProbeSpec to a probe process.
+const ProbeEnv = "WOVYR_EGRESS_PROBE"
 
-type check struct {
+// Check is one probe action; OK in its Outcome means it reached the
+// upstream server and got the expected answer.
+type Check struct {
 	ID    string `json:"id"`
 	Kind  string `json:"kind"` // tcp udp http tls proxy connect fetch dns tcp6 spoof tamper-nocap
 	Addr  string `json:"addr,omitempty"`
@@ -40,44 +43,48 @@ type check struct {
 	From  string `json:"from,omitempty"`
 }
 
-type probeSpec struct {
-	Checks []check    `json:"checks"`
+// ProbeSpec is what a probe process runs.
+type ProbeSpec struct {
+	Checks []Check    `json:"checks"`
 	CA     []byte     `json:"ca"`
 	DNS    string     `json:"dns"` // the resolver fetch uses (the gateway)
-	Child  *probeSpec `json:"child,omitempty"`
+	Child  *ProbeSpec `json:"child,omitempty"`
 }
 
-type outcome struct {
+// Outcome is one check's result.
+type Outcome struct {
 	ID     string `json:"id"`
 	OK     bool   `json:"ok"`
 	Detail string `json:"detail"`
 }
 
-type probeReport struct {
-	Outcomes []outcome    `json:"outcomes"`
-	Child    *probeReport `json:"child,omitempty"`
-	ChildErr string       `json:"child_err,omitempty"`
+// Report is a probe process's output.
+type Report struct {
+	Outcomes []Outcome `json:"outcomes"`
+	Child    *Report   `json:"child,omitempty"`
+	ChildErr string    `json:"child_err,omitempty"`
 }
 
 const denyTimeout = 400 * time.Millisecond
 
-func runProbe(specJSON string) int {
-	var spec probeSpec
+// RunProbe runs the spec and prints the report; its result is the exit code.
+func RunProbe(specJSON string) int {
+	var spec ProbeSpec
 	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
 		fmt.Fprintln(os.Stderr, "probe spec:", err)
 		return 2
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(spec.CA)
-	var rep probeReport
+	var rep Report
 	for _, c := range spec.Checks {
 		ok, detail := runCheck(c, pool, spec.DNS)
-		rep.Outcomes = append(rep.Outcomes, outcome{ID: c.ID, OK: ok, Detail: detail})
+		rep.Outcomes = append(rep.Outcomes, Outcome{ID: c.ID, OK: ok, Detail: detail})
 	}
 	if spec.Child != nil {
 		b, _ := json.Marshal(spec.Child)
 		cmd := exec.Command("/proc/self/exe")
-		cmd.Env = []string{probeEnv + "=" + string(b)}
+		cmd.Env = []string{ProbeEnv + "=" + string(b)}
 		out, err := cmd.Output()
 		if err != nil {
 			rep.ChildErr = err.Error()
@@ -89,7 +96,7 @@ func runProbe(specJSON string) int {
 	return 0
 }
 
-func runCheck(c check, pool *x509.CertPool, resolver string) (bool, string) {
+func runCheck(c Check, pool *x509.CertPool, resolver string) (bool, string) {
 	d := net.Dialer{Timeout: denyTimeout}
 	deadline := func(cn net.Conn) { _ = cn.SetDeadline(time.Now().Add(2 * time.Second)) }
 	switch c.Kind {
@@ -217,7 +224,7 @@ func runCheck(c check, pool *x509.CertPool, resolver string) (bool, string) {
 		if err := netlink.AddrAdd(eth, a); err != nil {
 			return false, "addr add: " + err.Error()
 		}
-		return runCheck(check{Kind: "tcp", Addr: c.Addr, From: c.From}, pool, resolver)
+		return runCheck(Check{Kind: "tcp", Addr: c.Addr, From: c.From}, pool, resolver)
 	case "tamper-nocap":
 		// A thread without capabilities (what every wovyr sandbox is) tries
 		// to add an address to eth0.
