@@ -160,9 +160,26 @@ func (p *proxy) pick(ctx context.Context, b *binding, host string, port uint16) 
 }
 
 // transparentTLS handles redirected port-443 traffic by its SNI, without
-// terminating TLS.
+// terminating TLS. When the destination is already an address the stub
+// handed this binding for a name allowed on this port, the upstream
+// connection is opened while the ClientHello is read (it could be reached
+// with the right SNI anyway), and dropped if the SNI then fails the check.
 func (p *proxy) transparentTLS(c *slotConn) {
 	info := c.info
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type dialed struct {
+		c   net.Conn
+		err error
+	}
+	var pre chan dialed
+	if info.b != nil && !p.svc.cfg.reservedAddr(info.dst.Addr()) && info.b.pinnedAny(info.dst.Addr(), info.dst.Port()) {
+		pre = make(chan dialed, 1)
+		go func() {
+			up, err := p.svc.dial(ctx, "tcp", info.dst)
+			pre <- dialed{up, err}
+		}()
+	}
 	sni, hello, err := peekClientHello(c)
 	reason := ""
 	if err != nil {
@@ -172,11 +189,20 @@ func (p *proxy) transparentTLS(c *slotConn) {
 	}
 	if !p.decide(info, "tls", sni, info.dst, reason) {
 		c.Close()
+		if pre != nil {
+			if d := <-pre; d.c != nil {
+				d.c.Close()
+			}
+		}
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	up, err := p.svc.dial(ctx, "tcp", info.dst)
-	cancel()
+	var up net.Conn
+	if pre != nil {
+		d := <-pre
+		up, err = d.c, d.err
+	} else {
+		up, err = p.svc.dial(ctx, "tcp", info.dst)
+	}
 	if err != nil {
 		p.svc.log.Warn("egress upstream failed", "dst", info.dst, "err", err)
 		c.Close()
@@ -191,11 +217,13 @@ func (p *proxy) transparentTLS(c *slotConn) {
 }
 
 // splice copies both ways until both directions are done, half-closing as
-// each side finishes, then closes both.
+// each side finishes, then closes both. It copies between the raw TCP
+// connections where nothing is buffered, so the kernel's splice(2) moves
+// the bytes.
 func splice(a, b net.Conn) {
 	done := make(chan struct{}, 2)
 	cp := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+		_, _ = io.Copy(unwrap(dst), reader(src))
 		if cw, ok := unwrap(dst).(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		}
@@ -209,17 +237,12 @@ func splice(a, b net.Conn) {
 	b.Close()
 }
 
-func unwrap(c net.Conn) net.Conn {
-	for {
-		switch x := c.(type) {
-		case *slotConn:
-			c = x.Conn
-		case *bufConn:
-			c = x.Conn
-		default:
-			return c
-		}
+// reader is the raw connection unless a bufio.Reader still holds bytes.
+func reader(c net.Conn) io.Reader {
+	if bc, ok := c.(*bufConn); ok && bc.r.Buffered() > 0 {
+		return bc
 	}
+	return unwrap(c)
 }
 
 // bufConn reads first what a bufio.Reader already buffered.
@@ -235,4 +258,18 @@ func hostPort(h string, port, def uint16) string {
 		return h
 	}
 	return net.JoinHostPort(h, strconv.Itoa(int(port)))
+}
+
+// unwrap strips wovyr's wrappers down to the kernel connection.
+func unwrap(c net.Conn) net.Conn {
+	for {
+		switch x := c.(type) {
+		case *slotConn:
+			c = x.Conn
+		case *bufConn:
+			c = x.Conn
+		default:
+			return c
+		}
+	}
 }

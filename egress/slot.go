@@ -59,6 +59,19 @@ func (b *binding) pinned(name string, ip netip.Addr) bool {
 	return ok
 }
 
+// pinnedAny reports whether the stub handed ip to this binding for some
+// name that the policy allows on port.
+func (b *binding) pinnedAny(ip netip.Addr, port uint16) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for name, set := range b.resolved {
+		if _, ok := set[ip]; ok && b.Policy.AllowsName(name, port) {
+			return true
+		}
+	}
+	return false
+}
+
 // Slot is one sandbox's network: a netns with a veth to the host netns and
 // a host-side nft table. A fresh or released slot allows nothing; Apply
 // binds it to one tenant's invocation. A Slot is used by one owner at a time.
