@@ -6,7 +6,8 @@
 //
 // Upstream (netns wovyr-<tag>-rig-up), all on addresses inside 10.213.0.0/16:
 //
-//	10.213.200.1   "allowed" server: tcp echo 7001 7002, udp echo 7003 443, http 80, https 443
+//	10.213.200.1   "allowed" server: tcp echo 7001 7002 9000, udp echo 7003 443,
+//	               whoami 7004, http 80, https 443
 //	10.213.200.2   "denied" server, same services
 //	10.213.200.53  authoritative DNS for "test." that records every query
 //	169.254.169.254, 100.100.100.200  fake metadata (http 80 answers "local=<addr>")
@@ -48,6 +49,7 @@ const (
 	EchoPort      = 7001
 	EchoPort2     = 7002
 	UDPEchoPort   = 7003
+	WhoAmIPort    = 7004 // answers with the client's address as seen upstream
 	HostSvcPort   = 9000
 	rigSlotRange  = "10.213.0.0/17"
 	upstreamRange = "10.213.200.0/24"

@@ -59,6 +59,12 @@ func (r *Rig) startServers() error {
 				go serveUDPEcho(pc)
 			}
 		}
+		wl, err := net.Listen("tcp4", fmt.Sprintf(":%d", WhoAmIPort))
+		if err != nil {
+			return err
+		}
+		r.closers = append(r.closers, wl.Close)
+		go serveWhoAmI(wl)
 		hl, err := net.Listen("tcp4", ":80")
 		if err != nil {
 			return err
@@ -124,6 +130,18 @@ func serveEcho(l net.Listener) {
 			fmt.Fprintf(c, "%s\n", c.LocalAddr())
 			_, _ = io.Copy(c, c)
 		}()
+	}
+}
+
+// serveWhoAmI writes the address the connection came from.
+func serveWhoAmI(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		fmt.Fprintf(c, "%s\n", c.RemoteAddr())
+		c.Close()
 	}
 }
 
