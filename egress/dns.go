@@ -158,7 +158,16 @@ func (s *stub) resolve(ctx context.Context, name string) ([]netip.Addr, uint32, 
 }
 
 func (s *stub) exchange(ctx context.Context, q *dns.Msg, up netip.AddrPort) (*dns.Msg, error) {
-	c, err := s.svc.dial(ctx, "udp", up)
+	r, err := s.roundTrip(ctx, "udp", q, up)
+	if err == nil && r.Truncated {
+		return s.roundTrip(ctx, "tcp", q, up)
+	}
+	return r, err
+}
+
+// roundTrip sends q to up over network from the host netns.
+func (s *stub) roundTrip(ctx context.Context, network string, q *dns.Msg, up netip.AddrPort) (*dns.Msg, error) {
+	c, err := s.svc.dial(ctx, network, up)
 	if err != nil {
 		return nil, err
 	}
@@ -170,23 +179,7 @@ func (s *stub) exchange(ctx context.Context, q *dns.Msg, up netip.AddrPort) (*dn
 	if err := dc.WriteMsg(q); err != nil {
 		return nil, err
 	}
-	r, err := dc.ReadMsg()
-	if err == nil && r.Truncated {
-		tc, err := s.svc.dial(ctx, "tcp", up)
-		if err != nil {
-			return nil, err
-		}
-		defer tc.Close()
-		if dl, ok := ctx.Deadline(); ok {
-			_ = tc.SetDeadline(dl)
-		}
-		tdc := &dns.Conn{Conn: tc}
-		if err := tdc.WriteMsg(q); err != nil {
-			return nil, err
-		}
-		return tdc.ReadMsg()
-	}
-	return r, err
+	return dc.ReadMsg()
 }
 
 // lookupForProxy resolves name for a binding that has not asked the stub

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -54,7 +55,13 @@ func TestTruthTable(t *testing.T) {
 	if !strings.Contains(qs, "allowed.test") { // positive control: the stub does go upstream
 		t.Errorf("the stub never asked upstream for allowed.test:\n%s", qs)
 	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 	logs := e.logs.String()
+	if !regexp.MustCompile(`msg="egress release" slot=wovyr-t1-s\d+ tenant=tenant-a invocation=inv-a1 dropped_packets=[1-9]`).MatchString(logs) {
+		t.Error("release did not log the packets the table dropped for inv-a1")
+	}
 	for _, want := range []string{
 		`msg="egress deny" via=tls src=` + a.Addr().String() + ` name=allowed.test dst=10.213.200.2:443 tenant=tenant-a invocation=inv-a1`,
 		`msg="egress deny" via=dns src=` + a.Addr().String() + ` name=` + egresstest.Canary + `.exfil.test`,
