@@ -41,7 +41,7 @@ func p99(d []time.Duration) float64 {
 // BenchmarkSlot measures a cold network slot: netns + veth + addresses +
 // host-side nft table (setup), and its removal (teardown).
 func BenchmarkSlot(b *testing.B) {
-	e := newEnv(b, "b0")
+	e := newEnv(b, "bs")
 	ctx := context.Background()
 	var setup, teardown []time.Duration
 	for b.Loop() {
@@ -67,7 +67,7 @@ func BenchmarkSlot(b *testing.B) {
 // separately the release that wipes it after use (empty the chain, restore
 // the netns, drop the tenant's conntrack entries).
 func BenchmarkClaim(b *testing.B) {
-	e := newEnv(b, "b1")
+	e := newEnv(b, "bc")
 	ctx := context.Background()
 	s, err := e.svc.NewSlot(ctx)
 	if err != nil {
@@ -99,7 +99,7 @@ func BenchmarkClaim(b *testing.B) {
 // the server's CIDR (forwarded directly) and one whose policy allows its
 // name (DNAT to the SNI-checking proxy), and reports the ratio of medians.
 func BenchmarkProxyHTTPS1MB(b *testing.B) {
-	e := newEnv(b, "b2")
+	e := newEnv(b, "bp")
 	ctx := context.Background()
 	direct, err := e.svc.NewSlot(ctx)
 	if err != nil {

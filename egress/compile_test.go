@@ -97,7 +97,7 @@ func TestConfigDefaults(t *testing.T) {
 	if c.netnsName(3) != "wovyr-e-s3" || c.tableName(3) != "wovyr_e_s3" || c.vethName(8191) != "wve8191" {
 		t.Errorf("names: %s %s %s", c.netnsName(3), c.tableName(3), c.vethName(8191))
 	}
-	for _, bad := range []Config{{Tag: "TooLong"}, {SlotRange: netip.MustParsePrefix("10.0.0.0/30")}, {SlotRange: netip.MustParsePrefix("fd00::/64")}} {
+	for _, bad := range []Config{{Tag: "TooLong"}, {Tag: "e1"}, {SlotRange: netip.MustParsePrefix("10.0.0.0/30")}, {SlotRange: netip.MustParsePrefix("fd00::/64")}} {
 		if _, err := bad.withDefaults(); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}

@@ -15,7 +15,8 @@ type Config struct {
 	// Tag distinguishes wovyr instances on one machine: every name this
 	// package creates embeds it (netns "wovyr-<tag>-s<N>", nft table
 	// "wovyr_<tag>_s<N>", host veth "wv<tag><N>"), and Reconcile removes
-	// exactly those. 1..4 of [a-z0-9]; zero means "e".
+	// exactly those. 1..4 letters (no digits, so "wv<tag><N>" parses one
+	// way only); zero means "e".
 	Tag string
 	// HostNetns is the path of the network namespace that plays the host:
 	// slot veths' host ends, the nft tables, the stub and proxy listeners
@@ -48,7 +49,7 @@ type Config struct {
 	MaxConnsPerSlot int
 }
 
-var tagRE = regexp.MustCompile(`^[a-z0-9]{1,4}$`)
+var tagRE = regexp.MustCompile(`^[a-z]{1,4}$`)
 
 // withDefaults returns c with zero fields defaulted, or a BadInput-style error.
 func (c Config) withDefaults() (Config, error) {

@@ -34,7 +34,7 @@ func TestMasquerade(t *testing.T) {
 		t.Run(map[bool]string{false: "routed", true: "masquerade"}[masq], func(t *testing.T) {
 			requireRoot(t)
 			ctx := context.Background()
-			rig, err := egresstest.New(ctx, "t6")
+			rig, err := egresstest.New(ctx, "tm")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +86,7 @@ func TestMasquerade(t *testing.T) {
 func TestProxyConnectionCap(t *testing.T) {
 	requireRoot(t)
 	ctx := context.Background()
-	rig, err := egresstest.New(ctx, "t7")
+	rig, err := egresstest.New(ctx, "tf")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,5 +140,45 @@ func TestProxyConnectionCap(t *testing.T) {
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil || !strings.Contains(line, "403") {
 		t.Errorf("after the flood the proxy should answer (403 for a denied name): %q %v", line, err)
+	}
+}
+
+// TestReleaseEndsProxiedStreams: no proxied stream outlives its binding.
+func TestReleaseEndsProxiedStreams(t *testing.T) {
+	e := newEnv(t, "tx")
+	ctx := context.Background()
+	s := e.slot(t)
+	if err := s.Apply(ctx, egress.Binding{Tenant: "a", Invocation: "stream", Policy: netpolicy.Policy{Allow: []netpolicy.Rule{{CIDR: "10.213.200.1/32", Ports: []uint16{7001}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := dialFrom(s, s.Gateway().String()+":3128")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "CONNECT 10.213.200.1:7001 HTTP/1.1\r\nHost: 10.213.200.1:7001\r\n\r\n")
+	br := bufio.NewReader(c)
+	status, _ := br.ReadString('\n')
+	if !strings.Contains(status, "200") {
+		t.Fatalf("CONNECT: %q", status)
+	}
+	for {
+		l, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l == "\r\n" {
+			break
+		}
+	}
+	if line, err := br.ReadString('\n'); err != nil || strings.TrimSpace(line) != "10.213.200.1:7001" {
+		t.Fatalf("tunnel: %q %v", line, err)
+	}
+	if err := s.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("after Release the tunnel still reads: %d %v", n, err)
 	}
 }

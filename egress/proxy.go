@@ -226,6 +226,7 @@ func (c *slotConn) Close() error {
 	c.once.Do(func() {
 		if c.info.b != nil {
 			c.info.b.conns.Add(-1)
+			c.info.b.untrack(c)
 		}
 	})
 	return c.Conn.Close()
@@ -253,7 +254,13 @@ func (l *capListener) Accept() (net.Conn, error) {
 			c.Close()
 			continue
 		}
-		return &slotConn{Conn: c, info: info}, nil
+		sc := &slotConn{Conn: c, info: info}
+		if info.b != nil && !info.b.track(sc) {
+			info.b.conns.Add(-1)
+			c.Close()
+			continue
+		}
+		return sc, nil
 	}
 }
 

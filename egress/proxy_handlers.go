@@ -82,6 +82,11 @@ func (p *proxy) explicit(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "wovyr egress: upstream failed", http.StatusBadGateway)
 		return
 	}
+	if !info.b.track(up) {
+		up.Close()
+		return
+	}
+	defer info.b.untrack(up)
 	hj, ok := w.(http.Hijacker)
 	if !ok {
 		up.Close()
@@ -208,6 +213,12 @@ func (p *proxy) transparentTLS(c *slotConn) {
 		c.Close()
 		return
 	}
+	if !info.b.track(up) {
+		c.Close()
+		up.Close()
+		return
+	}
+	defer info.b.untrack(up)
 	if _, err := up.Write(hello); err != nil {
 		c.Close()
 		up.Close()

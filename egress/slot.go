@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"io"
 	"context"
 	"errors"
 	"fmt"
@@ -36,6 +37,41 @@ type binding struct {
 
 	mu       sync.Mutex
 	resolved map[string]map[netip.Addr]struct{} // name → addresses handed out
+	live     map[io.Closer]struct{}             // open proxied connections, both sides
+	ended    bool
+}
+
+// track registers a proxied connection so that the binding's end closes
+// it; false means the binding has already ended.
+func (b *binding) track(c io.Closer) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ended {
+		return false
+	}
+	if b.live == nil {
+		b.live = map[io.Closer]struct{}{}
+	}
+	b.live[c] = struct{}{}
+	return true
+}
+
+func (b *binding) untrack(c io.Closer) {
+	b.mu.Lock()
+	delete(b.live, c)
+	b.mu.Unlock()
+}
+
+// end closes every proxied connection still open under the binding: no
+// stream outlives the invocation it belongs to.
+func (b *binding) end() {
+	b.mu.Lock()
+	live := b.live
+	b.live, b.ended = nil, true
+	b.mu.Unlock()
+	for c := range live {
+		_ = c.Close()
+	}
 }
 
 func (b *binding) remember(name string, ips []netip.Addr) {
@@ -85,7 +121,9 @@ type Slot struct {
 	h      *netlink.Handle // rtnetlink inside the slot's netns
 	bind   atomic.Pointer[binding]
 	clean  bool // released and wiped since the last binding
-	closed bool
+
+	closeMu sync.Mutex // Close may race with Service.Close at shutdown
+	closed  bool
 }
 
 // NetnsPath is the slot's network namespace, for setns(2), nsenter --net=
@@ -165,6 +203,7 @@ func (s *Slot) Apply(ctx context.Context, b Binding) error {
 func (s *Slot) Release(ctx context.Context) error {
 	old := s.bind.Swap(nil)
 	if old != nil {
+		old.end()
 		n, err := droppedPackets(s.nft, s.table.table)
 		s.svc.log.Info("egress release", "slot", s.ns, "tenant", old.Tenant, "invocation", old.Invocation,
 			"dropped_packets", n, "count_error", err)
@@ -223,11 +262,14 @@ func (s *Slot) scrubNetns() error {
 // idempotent and ignores ctx's cancellation. Processes still inside the
 // netns keep it alive but lose its name and route; backends kill them first.
 func (s *Slot) Close(ctx context.Context) error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
 	if s.closed {
 		return nil
 	}
 	s.closed = true
 	if old := s.bind.Swap(nil); old != nil {
+		old.end()
 		s.svc.log.Info("egress close", "slot", s.ns, "tenant", old.Tenant, "invocation", old.Invocation)
 	}
 	s.closeHandles()

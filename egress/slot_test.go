@@ -51,7 +51,7 @@ func allowRules(t *testing.T, e *env, s *egress.Slot) int {
 // TestClaimWipesTenantState tampers with a slot as root inside it, then
 // claims it for another tenant and inspects the real kernel state.
 func TestClaimWipesTenantState(t *testing.T) {
-	e := newEnv(t, "t3")
+	e := newEnv(t, "tw")
 	ctx := context.Background()
 	s := e.slot(t)
 	if n := allowRules(t, e, s); n != 0 {
@@ -167,7 +167,7 @@ func mustNS(t *testing.T, p string) vnetns.NsHandle {
 // TestApplyRejectsAndStaysDenyAll: a bad or unenforceable policy is a typed
 // error and leaves the slot allowing nothing.
 func TestApplyRejectsAndStaysDenyAll(t *testing.T) {
-	e := newEnv(t, "t4")
+	e := newEnv(t, "tr")
 	ctx := context.Background()
 	s := e.slot(t)
 	if err := s.Apply(ctx, egress.Binding{Tenant: "a", Invocation: "a1", Policy: egresstest.TenantPolicy}); err != nil {
@@ -194,7 +194,7 @@ func TestApplyRejectsAndStaysDenyAll(t *testing.T) {
 // TestReconcileRemovesLeftovers simulates a crash (slots never closed) and
 // checks Reconcile finds and removes exactly them.
 func TestReconcileRemovesLeftovers(t *testing.T) {
-	e := newEnv(t, "t5")
+	e := newEnv(t, "tc")
 	ctx := context.Background()
 	for range 3 {
 		if _, err := e.svc.NewSlot(ctx); err != nil {

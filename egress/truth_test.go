@@ -19,7 +19,7 @@ import (
 // server never saw the egresstest.Canary and that every denial was logged with the
 // invocation id.
 func TestTruthTable(t *testing.T) {
-	e := newEnv(t, "t1")
+	e := newEnv(t, "tt")
 	ctx := context.Background()
 	a, b := e.slot(t), e.slot(t)
 	if err := a.Apply(ctx, egress.Binding{Tenant: "tenant-a", Invocation: "inv-a1", Policy: egresstest.TenantPolicy}); err != nil {
@@ -59,7 +59,7 @@ func TestTruthTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := e.logs.String()
-	if !regexp.MustCompile(`msg="egress release" slot=wovyr-t1-s\d+ tenant=tenant-a invocation=inv-a1 dropped_packets=[1-9]`).MatchString(logs) {
+	if !regexp.MustCompile(`msg="egress release" slot=wovyr-tt-s\d+ tenant=tenant-a invocation=inv-a1 dropped_packets=[1-9]`).MatchString(logs) {
 		t.Error("release did not log the packets the table dropped for inv-a1")
 	}
 	for _, want := range []string{
@@ -80,7 +80,7 @@ func TestTruthTable(t *testing.T) {
 // broken route: a policy that allows the "denied" server reaches it, and
 // the same slot re-applied as deny-all reaches nothing.
 func TestPositiveControl(t *testing.T) {
-	e := newEnv(t, "t2")
+	e := newEnv(t, "tp")
 	ctx := context.Background()
 	s := e.slot(t)
 	wide := netpolicy.Policy{Allow: []netpolicy.Rule{

@@ -59,7 +59,7 @@ func TestEgressTruthTable(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root (CI runs as root)")
 	}
-	rig, err := egresstest.New(ctx, "n1")
+	rig, err := egresstest.New(ctx, "na")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestEgressTruthTable(t *testing.T) {
 // sandbox is claimed, with a typed error.
 func TestEgressRefusesUnenforceable(t *testing.T) {
 	ctx := context.Background()
-	rig, err := egresstest.New(ctx, "n2")
+	rig, err := egresstest.New(ctx, "nb")
 	if err != nil {
 		t.Fatal(err)
 	}
