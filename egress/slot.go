@@ -1,10 +1,10 @@
 package egress
 
 import (
-	"io"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -112,15 +112,15 @@ func (b *binding) pinnedAny(ip netip.Addr, port uint16) bool {
 // a host-side nft table. A fresh or released slot allows nothing; Apply
 // binds it to one tenant's invocation. A Slot is used by one owner at a time.
 type Slot struct {
-	svc    *Service
-	idx    int
-	ns     string
-	table  *slotTable
-	nft    *nftables.Conn  // lasting, to the host netns; only the owner uses it
-	in     *nftables.Conn  // lasting, inside the slot's netns
-	h      *netlink.Handle // rtnetlink inside the slot's netns
-	bind   atomic.Pointer[binding]
-	clean  bool // released and wiped since the last binding
+	svc   *Service
+	idx   int
+	ns    string
+	table *slotTable
+	nft   *nftables.Conn  // lasting, to the host netns; only the owner uses it
+	in    *nftables.Conn  // lasting, inside the slot's netns
+	h     *netlink.Handle // rtnetlink inside the slot's netns
+	bind  atomic.Pointer[binding]
+	clean bool // released and wiped since the last binding
 
 	closeMu sync.Mutex // Close may race with Service.Close at shutdown
 	closed  bool

@@ -65,7 +65,7 @@ func TestClaimWipesTenantState(t *testing.T) {
 	}
 	pre := []egresstest.Row{
 		{C: egresstest.Check{ID: "resolve", Kind: "dns", Addr: s.Gateway().String() + ":53", Host: "allowed.test"}, Want: true},
-		{C: egresstest.Check{ID: "http", Kind: "http", Addr: "10.213.200.1:80", Host: "allowed.test"}, Want: true},
+		{C: egresstest.Check{ID: "http", Kind: "http", Addr: "10.213.200.1:80", Host: "allowed.test", Phase: 1}, Want: true},
 	}
 	egresstest.AssertTable(t, pre, e.probe(t, s, egresstest.ProbeSpec{Checks: egresstest.Checks(pre)}), 0)
 
@@ -141,8 +141,8 @@ func TestClaimWipesTenantState(t *testing.T) {
 	// What the stub resolved for A is not pinned for B: B must resolve itself.
 	post := []egresstest.Row{
 		{C: egresstest.Check{ID: "http-unresolved", Kind: "http", Addr: "10.213.200.1:80", Host: "allowed.test"}, Want: false},
-		{C: egresstest.Check{ID: "resolve", Kind: "dns", Addr: s.Gateway().String() + ":53", Host: "allowed.test"}, Want: true},
-		{C: egresstest.Check{ID: "http-resolved", Kind: "http", Addr: "10.213.200.1:80", Host: "allowed.test"}, Want: true},
+		{C: egresstest.Check{ID: "resolve", Kind: "dns", Addr: s.Gateway().String() + ":53", Host: "allowed.test", Phase: 1}, Want: true},
+		{C: egresstest.Check{ID: "http-resolved", Kind: "http", Addr: "10.213.200.1:80", Host: "allowed.test", Phase: 2}, Want: true},
 	}
 	egresstest.AssertTable(t, post, e.probe(t, s, egresstest.ProbeSpec{Checks: egresstest.Checks(post)}), 0)
 

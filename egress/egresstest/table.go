@@ -13,6 +13,29 @@ type Row struct {
 	Want bool
 }
 
+// phase orders the truth table: independent checks first (phase 0), then
+// those that need a name resolved in phase 0, then the rebinding cycle one
+// query at a time, then what changes the slot (spoofing) and a final check.
+func phase(c Check) int {
+	switch {
+	case c.ID == "73-rebind-1":
+		return 2
+	case c.ID == "73-rebind-2":
+		return 3
+	case c.ID == "73-rebind-3-metadata":
+		return 4
+	case strings.HasPrefix(c.ID, "73-"):
+		return 5
+	case c.Kind == "spoof":
+		return 6
+	case c.ID == "70-tcp-allowed-after":
+		return 7
+	case c.Kind == "http" || c.Kind == "tls" || c.Kind == "proxy" || c.Kind == "connect" || c.Kind == "fetch":
+		return 1
+	}
+	return 0
+}
+
 // Checks returns the rows' checks, in order.
 func Checks(rows []Row) []Check {
 	var cs []Check
@@ -71,7 +94,7 @@ func TruthTable(gw, peer string) []Row {
 	dnsAt := gw + ":53"
 	proxy := gw + ":3128"
 	long := strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + Canary
-	return []Row{
+	rows := []Row{
 		// 70 TCP allow/deny
 		{Check{ID: "70-tcp-allowed", Kind: "tcp", Addr: "10.213.200.1:7001"}, true},
 		{Check{ID: "70-tcp-port-denied", Kind: "tcp", Addr: "10.213.200.1:7002"}, false},
@@ -157,4 +180,8 @@ func TruthTable(gw, peer string) []Row {
 		{Check{ID: "83-spoof-source", Kind: "spoof", Addr: "10.213.200.1:7001", From: "10.213.0.99"}, false},
 		{Check{ID: "70-tcp-allowed-after", Kind: "tcp", Addr: "10.213.200.1:7001"}, true},
 	}
+	for i := range rows {
+		rows[i].C.Phase = phase(rows[i].C)
+	}
+	return rows
 }
