@@ -31,8 +31,9 @@ type Config struct {
 	// the host side. Empty: allowed names do not resolve (NXDOMAIN).
 	UpstreamDNS []netip.AddrPort
 	// Uplinks are the host interfaces that forwarded (CIDR-rule) traffic may
-	// leave by. Empty: nothing is forwarded and CIDR rules are refused as
-	// unenforceable; names still work through the proxy.
+	// leave by; NewService turns on IPv4 forwarding on each (per interface,
+	// not ip_forward). Empty: nothing is forwarded and CIDR rules are
+	// refused as unenforceable; names still work through the proxy.
 	Uplinks []string
 	// Masquerade source-NATs forwarded traffic leaving by Uplinks
 	// (production, where slot addresses are not routed). Tests leave it off.

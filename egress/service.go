@@ -69,6 +69,14 @@ func NewService(ctx context.Context, cfg Config, log *slog.Logger) (*Service, er
 	s.stub = &stub{svc: s}
 	s.proxy = &proxy{svc: s}
 	if err := netns.Do(cfg.HostNetns, func() error {
+		// Replies to forwarded traffic come in on an uplink: it must
+		// forward. Only the uplinks and slot veths are touched, never the
+		// namespace-wide switch.
+		for _, u := range cfg.Uplinks {
+			if err := netns.Sysctl("net/ipv4/conf/"+u+"/forwarding", "1"); err != nil {
+				return err
+			}
+		}
 		if err := s.stub.listen(); err != nil {
 			return err
 		}

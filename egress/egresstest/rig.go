@@ -163,9 +163,7 @@ func (r *Rig) wire() error {
 	}
 	if err := netns.Do(r.HostNetns, func() error {
 		for k, v := range map[string]string{
-			"net/ipv4/conf/" + r.Uplink + "/forwarding": "1",
-			"net/ipv4/ip_forward":                       "1", // this namespace only
-			"net/ipv6/conf/all/disable_ipv6":            "1",
+			"net/ipv6/conf/all/disable_ipv6": "1",
 		} {
 			if err := netns.Sysctl(k, v); err != nil {
 				return err
