@@ -2,6 +2,7 @@ package egress
 
 import (
 	"errors"
+	"os"
 	"net/netip"
 	"testing"
 
@@ -101,5 +102,22 @@ func TestConfigDefaults(t *testing.T) {
 		if _, err := bad.withDefaults(); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}
+	}
+}
+
+func TestResolvConfServers(t *testing.T) {
+	p := t.TempDir() + "/resolv.conf"
+	if err := os.WriteFile(p, []byte("# c\nsearch x\nnameserver 192.0.2.53\nnameserver 2001:db8::1\nnameserver bogus\nnameserver 198.51.100.7 # tail\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ResolvConfServers(p)
+	if err != nil || len(got) != 2 || got[0].String() != "192.0.2.53:53" || got[1].String() != "198.51.100.7:53" {
+		t.Fatalf("got %v %v", got, err)
+	}
+	if err := os.WriteFile(p, []byte("nameserver ::1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ResolvConfServers(p); err == nil {
+		t.Error("a resolv.conf without IPv4 servers must be an error")
 	}
 }

@@ -161,16 +161,7 @@ func (r *Rig) wire() error {
 	if err := hh.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(upNS))}); err != nil {
 		return fmt.Errorf("veth: %w", err)
 	}
-	if err := netns.Do(r.HostNetns, func() error {
-		for k, v := range map[string]string{
-			"net/ipv6/conf/all/disable_ipv6": "1",
-		} {
-			if err := netns.Sysctl(k, v); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
+	if err := netns.Do(r.HostNetns, func() error { return netns.Sysctl("net/ipv6/conf/all/disable_ipv6", "1") }); err != nil {
 		return err
 	}
 	if err := netns.Do(r.UpNetns, func() error { return netns.Sysctl("net/ipv6/conf/all/disable_ipv6", "1") }); err != nil {
