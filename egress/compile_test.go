@@ -2,8 +2,8 @@ package egress
 
 import (
 	"errors"
-	"os"
 	"net/netip"
+	"os"
 	"testing"
 
 	"github.com/wovyr/wovyr/netpolicy"
