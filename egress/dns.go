@@ -103,7 +103,7 @@ func (s *stub) handle(w dns.ResponseWriter, q *dns.Msg) {
 	}
 	var kept []netip.Addr
 	for _, ip := range ips {
-		if s.svc.cfg.reservedAddr(ip) {
+		if s.svc.reserved(ip) {
 			log.Warn("egress deny answer", "addr", ip, "reason", "upstream answered a guarded or reserved address")
 			continue
 		}
@@ -192,7 +192,7 @@ func (s *stub) lookupForProxy(ctx context.Context, b *binding, name string) ([]n
 	}
 	var kept []netip.Addr
 	for _, ip := range ips {
-		if !s.svc.cfg.reservedAddr(ip) {
+		if !s.svc.reserved(ip) {
 			kept = append(kept, ip)
 		}
 	}

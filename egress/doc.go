@@ -22,7 +22,8 @@
 // through only if the name it claims (Host, SNI or CONNECT target) is
 // allowed on that port and the destination is an address the stub handed
 // that binding for that name: no domain fronting, no rebinding, no IP
-// literals. It never terminates TLS. Every decision is logged with the
+// literals. Neither ever hands out or connects to the host's own addresses.
+// It never terminates TLS. Every decision is logged with the
 // tenant and invocation id.
 //
 // # Lifecycle

@@ -132,7 +132,7 @@ func (p *proxy) checkName(b *binding, name string, ip netip.Addr, port uint16) s
 		return "not a DNS name"
 	case !b.Policy.AllowsName(netpolicy.CanonicalName(name), port):
 		return "name and port not in policy"
-	case p.svc.cfg.reservedAddr(ip):
+	case p.svc.reserved(ip):
 		return "destination is guarded or reserved"
 	case !b.pinned(netpolicy.CanonicalName(name), ip):
 		return "destination was not resolved by wovyr's stub for this name"

@@ -132,10 +132,10 @@ func (p *proxy) pick(ctx context.Context, b *binding, host string, port uint16) 
 	}
 	if ip, err := netip.ParseAddr(host); err == nil {
 		ip = ip.Unmap()
-		if ipAllowed(b.rules, ip, 6, port) {
+		if ipAllowed(b.rules, ip, 6, port) && !p.svc.reserved(ip) {
 			return netip.AddrPortFrom(ip, port), ""
 		}
-		return netip.AddrPortFrom(ip, port), "IP literal outside every CIDR rule"
+		return netip.AddrPortFrom(ip, port), "IP literal outside every CIDR rule, or the host's own"
 	}
 	name := netpolicy.CanonicalName(host)
 	if isIPLiteral(host) || !netpolicy.ValidName(name) {
@@ -178,7 +178,7 @@ func (p *proxy) transparentTLS(c *slotConn) {
 		err error
 	}
 	var pre chan dialed
-	if info.b != nil && !p.svc.cfg.reservedAddr(info.dst.Addr()) && info.b.pinnedAny(info.dst.Addr(), info.dst.Port()) {
+	if info.b != nil && !p.svc.reserved(info.dst.Addr()) && info.b.pinnedAny(info.dst.Addr(), info.dst.Port()) {
 		pre = make(chan dialed, 1)
 		go func() {
 			up, err := p.svc.dial(ctx, "tcp", info.dst)

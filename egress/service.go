@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
@@ -30,6 +32,10 @@ type Service struct {
 	ports  listenPorts
 	stub   *stub
 	proxy  *proxy
+
+	// hostAddrs are the host netns's own addresses: never a destination,
+	// whatever a name resolves to. Refreshed at NewService and NewSlot.
+	hostAddrs atomic.Pointer[[]netip.Addr]
 
 	mu     sync.Mutex
 	used   map[int]*Slot
@@ -65,6 +71,10 @@ func NewService(ctx context.Context, cfg Config, log *slog.Logger) (*Service, er
 	if err != nil {
 		s.closeFd()
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "netlink")
+	}
+	if err := s.refreshHostAddrs(); err != nil {
+		s.Close(ctx)
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "host addresses")
 	}
 	s.stub = &stub{svc: s}
 	s.proxy = &proxy{svc: s}
@@ -137,6 +147,9 @@ func (s *Service) closeFd() {
 // NewSlot builds a slot (netns, veth, host-side table) that denies
 // everything until Apply. Pools call it ahead of demand.
 func (s *Service) NewSlot(ctx context.Context) (*Slot, error) {
+	if err := s.refreshHostAddrs(); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "host addresses")
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -369,4 +382,32 @@ func isDefault(r netlink.Route) bool {
 	}
 	ones, _ := r.Dst.Mask.Size()
 	return ones == 0
+}
+
+// refreshHostAddrs snapshots the host netns's IPv4 addresses.
+func (s *Service) refreshHostAddrs() error {
+	addrs, err := s.hostH.AddrList(nil, unix.AF_INET)
+	if err != nil {
+		return err
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok {
+			out = append(out, ip)
+		}
+	}
+	s.hostAddrs.Store(&out)
+	return nil
+}
+
+// reserved reports whether ip may never be a destination for a name:
+// guarded, in the slot range, configured as reserved, or the host's own.
+func (s *Service) reserved(ip netip.Addr) bool {
+	if s.cfg.reservedAddr(ip) {
+		return true
+	}
+	if p := s.hostAddrs.Load(); p != nil {
+		return slices.Contains(*p, ip.Unmap())
+	}
+	return false
 }

@@ -209,6 +209,8 @@ func (r *Rig) serveDNS(w dns.ResponseWriter, q *dns.Msg) {
 		ip = Denied
 	case name == "meta.test":
 		ip = Metadata
+	case name == "host.test": // the stand-in host's own address
+		ip = HostTrans
 	case name == "rebind.test":
 		ip, ttl = []netip.Addr{Allowed, Denied, Metadata}[n%3], 0
 	}

@@ -83,6 +83,7 @@ var TenantPolicy = netpolicy.Policy{Allow: []netpolicy.Rule{
 	{Host: "allowed.test", Ports: []uint16{80, 443}},
 	{Host: "*.wild.test", Ports: []uint16{443}},
 	{Host: "rebind.test", Ports: []uint16{80}},
+	{Host: "host.test", Ports: []uint16{9000}}, // resolves to the host's own address
 	{CIDR: "10.213.200.1/32", Ports: []uint16{7001}},
 	{CIDR: "10.213.200.1/32", Ports: []uint16{7003}, Protocol: "udp"},
 	{CIDR: "0.0.0.0/0", Ports: []uint16{9000}},
@@ -171,6 +172,11 @@ func TruthTable(gw, peer string) []Row {
 		{Check{ID: "75-host-loopback-via-gw", Kind: "tcp", Addr: gw + ":22"}, false},
 		{Check{ID: "75-other-tenant", Kind: "tcp", Addr: peer + ":9000"}, false},
 		{Check{ID: "75-proxy-admin", Kind: "tcp", Addr: gw + ":3129"}, false},
+		{Check{ID: "75-connect-host-literal", Kind: "connect", Proxy: proxy, Host: "10.213.250.1:9000"}, false},
+		{Check{ID: "75-connect-gateway-literal", Kind: "connect", Proxy: proxy, Host: gw + ":9000"}, false},
+		{Check{ID: "75-connect-peer-literal", Kind: "connect", Proxy: proxy, Host: peer + ":9000"}, false},
+		{Check{ID: "75-name-to-host-dns", Kind: "dns", Addr: dnsAt, Host: "host.test"}, false},
+		{Check{ID: "75-name-to-host-connect", Kind: "connect", Proxy: proxy, Host: "host.test:9000"}, false},
 		// 81 redirects: each hop re-checked
 		{Check{ID: "81-redirect-allowed", Kind: "fetch", Host: "http://allowed.test/redirect?to=http://allowed.test/"}, true},
 		{Check{ID: "81-redirect-denied", Kind: "fetch", Host: "http://allowed.test/redirect?to=http://other.test/"}, false},
