@@ -173,20 +173,13 @@ func counterDrop() []expr.Any {
 func be32(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
 
 // droppedPackets sums the counters of the table's drop rules (for the
-// per-invocation denial log line).
+// per-invocation denial log line). It reads only this table's base chains.
 func droppedPackets(cc *nftables.Conn, t *nftables.Table) (uint64, error) {
-	chains, err := cc.ListChainsOfTableFamily(nftables.TableFamilyINet)
-	if err != nil {
-		return 0, err
-	}
 	var n uint64
-	for _, c := range chains {
-		if c.Table.Name != t.Name || c.Name == allowChain {
-			continue
-		}
-		rules, err := cc.GetRules(t, c)
+	for _, name := range []string{"raw", "input", "forward"} {
+		rules, err := cc.GetRules(t, &nftables.Chain{Name: name, Table: t})
 		if err != nil {
-			return 0, fmt.Errorf("list %s/%s: %w", t.Name, c.Name, err)
+			return 0, fmt.Errorf("list %s/%s: %w", t.Name, name, err)
 		}
 		for _, r := range rules {
 			var cnt *expr.Counter
