@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -120,7 +121,8 @@ type Slot struct {
 	in    *nftables.Conn  // lasting, inside the slot's netns
 	h     *netlink.Handle // rtnetlink inside the slot's netns
 	bind  atomic.Pointer[binding]
-	clean bool // released and wiped since the last binding
+	clean bool     // released and wiped since the last binding
+	taps  []string // microVM taps the scrub keeps (AddTap)
 
 	closeMu sync.Mutex // Close may race with Service.Close at shutdown
 	closed  bool
@@ -247,6 +249,10 @@ func (s *Slot) scrubNetns() error {
 			eth = l
 			keep = append(keep, l)
 		default:
+			if slices.Contains(s.taps, l.Attrs().Name) {
+				keep = append(keep, l)
+				continue
+			}
 			if err := s.h.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
 				return fmt.Errorf("delete stray link %s: %w", l.Attrs().Name, err)
 			}
