@@ -158,8 +158,17 @@ func TestTapGuest(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := &guest{t: t, f: openTap(t, s, "tap0"), mac: net.HardwareAddr{2, 0, 0, 0xaa, 0, 1}, ip: s.Addr(), gw: s.Gateway(), srcPort: 40000}
-	g.write(net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 0x0806, g.arp(1, make(net.HardwareAddr, 6), g.gw))
-	if _, p := g.read(3 * time.Second); string(p) != "arp" {
+	// Like a booting guest, retry ARP: the kernel activates the tap's queue
+	// only when its link watcher notices the carrier (up to a second).
+	resolved := false
+	for range 5 {
+		g.write(net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 0x0806, g.arp(1, make(net.HardwareAddr, 6), g.gw))
+		if _, p := g.read(time.Second); string(p) == "arp" {
+			resolved = true
+			break
+		}
+	}
+	if !resolved {
 		t.Fatal("no ARP reply from the gateway through the tap")
 	}
 
