@@ -29,6 +29,8 @@
 // # Lifecycle
 //
 // A Service (NewService) holds the stub and proxy listeners for the node.
+// A microVM joins a slot through a tap inside its netns (Slot.AddTap), wired
+// to eth0 at layer 2, so its guest meets the same table, stub and proxy.
 // Pools pre-create slots (Service.NewSlot, ~7 ms); a claim binds one to a
 // tenant's invocation (Slot.Apply, ~1.4 ms on a released slot); after the
 // run Slot.Release wipes it (netns state, conntrack, the stub's memory) and

@@ -23,8 +23,8 @@ const Dir = "/run/netns"
 func Path(name string) string { return filepath.Join(Dir, name) }
 
 // Create makes a new named network namespace, bind-mounted at
-// /run/netns/name, and runs setup inside it (on a thread that is thrown away
-// afterwards, so no goroutine ever runs in the wrong namespace).
+// /run/netns/name, and runs setup inside it (on a locked thread that returns
+// to its own namespace afterwards, or is retired if it cannot).
 func Create(name string, setup func() error) error {
 	if err := ensureDir(); err != nil {
 		return err
@@ -37,25 +37,36 @@ func Create(name string, setup func() error) error {
 	f.Close()
 	errc := make(chan error, 1)
 	go func() {
-		// The thread never returns to the runtime: the goroutine exits
-		// locked, so Go terminates the thread with the namespace it holds.
+		// The thread goes back to its own namespace afterwards; if it
+		// cannot, the goroutine exits locked and the runtime retires the
+		// thread. (Never left in the new namespace: the thread may be the
+		// process's main thread, whose namespace /proc/<pid>/ns/net shows.)
 		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("unshare netns: %w", err)
+		orig, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- err
 			return
 		}
-		src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
-		if err := unix.Mount(src, p, "", unix.MS_BIND, ""); err != nil {
-			errc <- fmt.Errorf("bind netns to %s: %w", p, err)
-			return
-		}
-		if setup != nil {
-			if err := setup(); err != nil {
-				errc <- err
-				return
+		defer unix.Close(orig)
+		ferr := func() error {
+			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+				return fmt.Errorf("unshare netns: %w", err)
 			}
+			src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
+			if err := unix.Mount(src, p, "", unix.MS_BIND, ""); err != nil {
+				return fmt.Errorf("bind netns to %s: %w", p, err)
+			}
+			if setup != nil {
+				return setup()
+			}
+			return nil
+		}()
+		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+			errc <- errors.Join(ferr, fmt.Errorf("setns back: %w", err))
+			return
 		}
-		errc <- nil
+		runtime.UnlockOSThread()
+		errc <- ferr
 	}()
 	if err := <-errc; err != nil {
 		_ = Delete(name)
