@@ -13,6 +13,7 @@ import (
 
 	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/egress/egresstest"
+	"github.com/wovyr/wovyr/egress/netns"
 )
 
 func TestMain(m *testing.M) {
@@ -115,8 +116,15 @@ func (e *env) slot(t testing.TB) *egress.Slot {
 // probe runs the probe program inside the slot and returns its report.
 func (e *env) probe(t testing.TB, s *egress.Slot, spec egresstest.ProbeSpec) egresstest.Report {
 	t.Helper()
-	spec.CA = e.rig.CAPEM
 	spec.DNS = s.Gateway().String() + ":53"
+	return e.probeIn(t, s.NetnsPath(), spec)
+}
+
+// probeIn runs the probe in the netns at path (positive controls run it on
+// the stand-in host, outside every slot).
+func (e *env) probeIn(t testing.TB, path string, spec egresstest.ProbeSpec) egresstest.Report {
+	t.Helper()
+	spec.CA = e.rig.CAPEM
 	b, err := json.Marshal(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -131,8 +139,8 @@ func (e *env) probe(t testing.TB, s *egress.Slot, spec egresstest.ProbeSpec) egr
 	cmd.Env = []string{egresstest.ProbeEnv + "=" + string(b)}
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
-	if err := s.Start(cmd); err != nil {
-		t.Fatalf("start probe in slot: %v", err)
+	if err := netns.Do(path, cmd.Start); err != nil {
+		t.Fatalf("start probe in %s: %v", path, err)
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("probe: %v\n%s", err, stderr.String())

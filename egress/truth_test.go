@@ -77,8 +77,10 @@ func TestTruthTable(t *testing.T) {
 }
 
 // TestPositiveControl shows the denials above are the table's doing, not a
-// broken route: a policy that allows the "denied" server reaches it, and
-// the same slot re-applied as deny-all reaches nothing.
+// broken route or a probe that cannot succeed: a policy that allows the
+// "denied" server reaches it, what no policy allows works from the host side
+// (ICMP, the fake metadata server, the harness DNS server), and the same
+// slot re-applied as deny-all reaches nothing.
 func TestPositiveControl(t *testing.T) {
 	e := newEnv(t, "tp")
 	ctx := context.Background()
@@ -99,6 +101,14 @@ func TestPositiveControl(t *testing.T) {
 		{C: egresstest.Check{ID: "host-still-closed", Kind: "tcp", Addr: "10.213.250.1:9000"}, Want: false},
 	}
 	egresstest.AssertTable(t, rows, e.probe(t, s, egresstest.ProbeSpec{Checks: egresstest.Checks(rows)}), 0)
+
+	// Checks that no policy can allow, shown to work from outside the slots.
+	outside := []egresstest.Row{
+		{C: egresstest.Check{ID: "icmp-from-host", Kind: "icmp", Addr: "10.213.200.1"}, Want: true},
+		{C: egresstest.Check{ID: "metadata-from-host", Kind: "http", Addr: "169.254.169.254:80", Host: "169.254.169.254"}, Want: true},
+		{C: egresstest.Check{ID: "canary-reaches-harness", Kind: "dns", Addr: "10.213.200.53:53", Host: "ctl.exfil.test"}, Want: true},
+	}
+	egresstest.AssertTable(t, outside, e.probeIn(t, e.rig.HostNetns, egresstest.ProbeSpec{Checks: egresstest.Checks(outside)}), 0)
 
 	if err := s.Apply(ctx, egress.Binding{Tenant: "b", Invocation: "ctl2"}); err != nil {
 		t.Fatal(err)

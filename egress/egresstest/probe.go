@@ -35,7 +35,7 @@ const ProbeEnv = "WOVYR_EGRESS_PROBE"
 // upstream server and got the expected answer.
 type Check struct {
 	ID    string `json:"id"`
-	Kind  string `json:"kind"` // tcp udp http tls proxy connect fetch dns tcp6 spoof tamper-nocap
+	Kind  string `json:"kind"` // tcp tcp6 udp icmp http tls proxy connect fetch dns spoof tamper-nocap
 	Addr  string `json:"addr,omitempty"`
 	Host  string `json:"host,omitempty"`
 	SNI   string `json:"sni,omitempty"`
@@ -137,6 +137,36 @@ func runCheck(c Check, pool *x509.CertPool, resolver string) (bool, string) {
 		deadline(cn)
 		line, err := bufio.NewReader(cn).ReadString('\n')
 		return err == nil && strings.TrimSpace(line) == c.Addr, line
+	case "icmp":
+		// An echo request on a raw socket (root in the slot; a sandbox uid
+		// gets EPERM, which is also "no").
+		pc, err := net.ListenPacket("ip4:icmp", "0.0.0.0")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer pc.Close()
+		msg := []byte{8, 0, 0, 0, 0x77, 0x76, 0, 1, 'w', 'v'}
+		var sum uint32
+		for i := 0; i < len(msg); i += 2 {
+			sum += uint32(msg[i])<<8 | uint32(msg[i+1])
+		}
+		sum = sum&0xffff + sum>>16
+		cs := ^uint16(sum)
+		msg[2], msg[3] = byte(cs>>8), byte(cs)
+		if _, err := pc.WriteTo(msg, &net.IPAddr{IP: net.ParseIP(c.Addr)}); err != nil {
+			return false, err.Error()
+		}
+		_ = pc.SetReadDeadline(time.Now().Add(denyTimeout))
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return false, err.Error()
+			}
+			if n >= 8 && buf[0] == 0 && buf[4] == 0x77 && buf[5] == 0x76 {
+				return true, "echo reply from " + from.String()
+			}
+		}
 	case "udp":
 		cn, err := d.Dial("udp4", c.Addr)
 		if err != nil {

@@ -106,6 +106,7 @@ func TruthTable(gw, peer string) []Row {
 		{Check{ID: "71-udp-denied", Kind: "udp", Addr: "10.213.200.2:7003"}, false},
 		{Check{ID: "71-quic-udp443", Kind: "udp", Addr: "10.213.200.1:443"}, false},
 		{Check{ID: "71-ipv6", Kind: "tcp6", Addr: "[fd00:ec2::254]:80"}, false},
+		{Check{ID: "71-icmp-allowed-ip", Kind: "icmp", Addr: "10.213.200.1"}, false},
 		// 76 DNS exfiltration (before anything resolves: A, TXT, long labels, TCP, "rogue" resolver)
 		{Check{ID: "76-Canary-a", Kind: "dns", Addr: dnsAt, Host: Canary + ".exfil.test"}, false},
 		{Check{ID: "76-Canary-txt", Kind: "dns", Addr: dnsAt, Host: Canary + ".exfil.test", QType: "TXT"}, false},
