@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os/exec"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -152,13 +151,6 @@ func (s *Slot) Env() []string {
 // reaches the stub anyway; this only saves clients a timeout elsewhere.)
 func (s *Slot) ResolvConf() []byte {
 	return []byte(fmt.Sprintf("nameserver %s\noptions timeout:2 attempts:1\n", s.Gateway()))
-}
-
-// Start starts cmd with its network namespace set to the slot's. Children
-// and re-executed programs inherit it; nothing inside can leave it without
-// CAP_SYS_ADMIN, and the filtering is outside it.
-func (s *Slot) Start(cmd *exec.Cmd) error {
-	return netns.Do(s.NetnsPath(), cmd.Start)
 }
 
 // Apply binds the slot to b: b.Policy's CIDR rules go into the host-side

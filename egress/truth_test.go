@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -39,6 +40,12 @@ func TestTruthTable(t *testing.T) {
 	}
 	defer bl.Close()
 
+	if want := "HTTP_PROXY=http://" + a.Gateway().String() + ":3128"; !slices.Contains(a.Env(), want) {
+		t.Errorf("Env() = %v, want %s (the proxy the table's explicit checks use)", a.Env(), want)
+	}
+	if !strings.HasPrefix(string(a.ResolvConf()), "nameserver "+a.Gateway().String()+"\n") {
+		t.Errorf("ResolvConf() = %q", a.ResolvConf())
+	}
 	rows := egresstest.TruthTable(a.Gateway().String(), b.Addr().String())
 	childRows := egresstest.ChildRows(rows)
 	rep := e.probe(t, a, egresstest.ProbeSpec{Checks: egresstest.Checks(rows), Child: &egresstest.ProbeSpec{Checks: egresstest.Checks(childRows), CA: e.rig.CAPEM, DNS: a.Gateway().String() + ":53"}})
