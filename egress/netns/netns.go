@@ -35,40 +35,20 @@ func Create(name string, setup func() error) error {
 		return fmt.Errorf("create netns file %s: %w", p, err)
 	}
 	f.Close()
-	errc := make(chan error, 1)
-	go func() {
-		// The thread goes back to its own namespace afterwards; if it
-		// cannot, the goroutine exits locked and the runtime retires the
-		// thread. (Never left in the new namespace: the thread may be the
-		// process's main thread, whose namespace /proc/<pid>/ns/net shows.)
-		runtime.LockOSThread()
-		orig, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- err
-			return
+	err = onThread(func() error {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("unshare netns: %w", err)
 		}
-		defer unix.Close(orig)
-		ferr := func() error {
-			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-				return fmt.Errorf("unshare netns: %w", err)
-			}
-			src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
-			if err := unix.Mount(src, p, "", unix.MS_BIND, ""); err != nil {
-				return fmt.Errorf("bind netns to %s: %w", p, err)
-			}
-			if setup != nil {
-				return setup()
-			}
-			return nil
-		}()
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("setns back: %w", err))
-			return
+		src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
+		if err := unix.Mount(src, p, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind netns to %s: %w", p, err)
 		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	if err := <-errc; err != nil {
+		if setup != nil {
+			return setup()
+		}
+		return nil
+	})
+	if err != nil {
 		_ = Delete(name)
 		return err
 	}
@@ -119,23 +99,35 @@ func Do(path string, fn func() error) error {
 		return fmt.Errorf("open netns %s: %w", path, err)
 	}
 	defer unix.Close(target)
+	return onThread(func() error {
+		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("setns %s: %w", path, err)
+		}
+		return fn()
+	})
+}
+
+// onThread runs fn on a locked OS thread and then returns the thread to the
+// network namespace it started in. If it cannot, the goroutine exits still
+// locked and the runtime retires the thread, so no goroutine ever runs in a
+// namespace it did not ask for. (A thread is never left in another
+// namespace on purpose either: it may be the main thread, whose namespace
+// /proc/<pid>/ns/net reports for the whole process.)
+func onThread(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		orig, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
+			runtime.UnlockOSThread()
 			errc <- err
-			return // thread discarded
-		}
-		defer unix.Close(orig)
-		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", path, err)
 			return
 		}
+		defer unix.Close(orig)
 		ferr := fn()
 		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
 			errc <- errors.Join(ferr, fmt.Errorf("setns back: %w", err))
-			return // stays locked: the thread dies with the goroutine
+			return
 		}
 		runtime.UnlockOSThread()
 		errc <- ferr
