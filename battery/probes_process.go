@@ -179,9 +179,9 @@ func probeDisk(ctx context.Context, t Target) Observation {
 }
 
 func probeInodes(ctx context.Context, t Target) Observation {
-	g := runGuest(ctx, t, sandbox.Limits{Wall: 60 * time.Second}, "inodes", "20000")
-	return Observation{Tried: "create 20000 empty files in the workspace", Observed: g.String(),
-		Secure: g.err == nil && g.rep.Errno == "ENOSPC" && g.rep.Count < 20000}
+	g := runGuest(ctx, t, sandbox.Limits{Wall: 60 * time.Second, Disk: 8 << 20}, "inodes", "5000")
+	return Observation{Tried: "create 5000 empty files in the workspace under an 8 MiB disk limit", Observed: g.String(),
+		Secure: g.err == nil && g.rep.Errno == "ENOSPC" && g.rep.Count < 5000}
 }
 
 func probeFDs(ctx context.Context, t Target) Observation {

@@ -90,3 +90,16 @@ func Kernel() string {
 	}
 	return unix.ByteSliceToString(u.Release[:])
 }
+
+// Set is an in-memory snapshot of records by backend; it satisfies
+// manager.Certs for one-shot commands that should not hold the store open.
+type Set map[string]Record
+
+// Cert returns the record of backend.
+func (s Set) Cert(backend string) (Record, error) {
+	r, ok := s[backend]
+	if !ok {
+		return r, fmt.Errorf("no certification for %s", backend)
+	}
+	return r, nil
+}

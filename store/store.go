@@ -42,7 +42,9 @@ type Store struct {
 // Open opens (creating if needed) the store in dir, waiting up to wait for
 // another process to release it.
 func Open(dir string, wait time.Duration) (*Store, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// 0711: sandbox uids must traverse it to their workspaces below it;
+	// the database file itself is 0600.
+	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	db, err := bolt.Open(filepath.Join(dir, "wovyr.db"), 0o600, &bolt.Options{Timeout: wait})

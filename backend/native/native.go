@@ -27,7 +27,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -71,9 +70,6 @@ type Backend struct {
 
 // New returns a native backend.
 func New(cfg Config) (*Backend, error) {
-	if os.Geteuid() != 0 {
-		return nil, errors.New("native: needs root (cgroups, tmpfs workspaces, per-sandbox uids)")
-	}
 	b := &Backend{scratch: cfg.ScratchDir, log: cfg.Logger, net: cfg.Network}
 	if b.scratch == "" {
 		b.scratch = filepath.Join(os.TempDir(), "wovyr-native")
@@ -89,12 +85,8 @@ func New(cfg Config) (*Backend, error) {
 	if b.log == nil {
 		b.log = slog.Default()
 	}
-	// Traversable, not listable, by the workload's uid.
-	if err := os.MkdirAll(b.scratch, 0o711); err != nil {
-		return nil, fmt.Errorf("native: scratch dir: %w", err)
-	}
-	if err := os.Chmod(b.scratch, 0o711); err != nil {
-		return nil, fmt.Errorf("native: scratch dir: %w", err)
+	if n > 1<<20 || uint64(base)+uint64(n) > 1<<32-2 {
+		return nil, fmt.Errorf("native: uid range %d+%d is too large", base, n)
 	}
 	return b, nil
 }
@@ -118,6 +110,10 @@ func (b *Backend) Probe(ctx context.Context) sandbox.Capability {
 	capa := sandbox.Capability{Version: version, ConfigHash: b.configHash(), Features: []string{"cgroup-v1"}, Egress: b.net != nil}
 	if cgroup.V2() {
 		capa.Features = []string{"cgroup-v2"}
+	}
+	if os.Geteuid() != 0 {
+		capa.Reason = "needs root (cgroups, tmpfs workspaces, per-sandbox uids)"
+		return capa
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -168,6 +164,13 @@ func (b *Backend) Weakened(w battery.Weakness) (sandbox.Backend, error) {
 func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.Sandbox, error) {
 	if tmpl.Kind != "" && tmpl.Kind != sandbox.KindCommand {
 		return nil, sandbox.Errorf(sandbox.BadInput, "workload.kind", "native runs command workloads, not %s", tmpl.Kind)
+	}
+	// Traversable, not listable, by the workloads' uids.
+	if err := os.MkdirAll(b.scratch, 0o711); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: scratch dir")
+	}
+	if err := os.Chmod(b.scratch, 0o711); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: scratch dir")
 	}
 	return newSandbox(ctx, b, sandbox.NewID(), tmpl)
 }

@@ -68,17 +68,12 @@ func newSandbox(ctx context.Context, b *Backend, id string, tmpl sandbox.Templat
 		}
 		s.uid, s.gid, s.hasUID = uid, uid, true
 	}
+	size := int64(sandbox.DefaultDisk)
 	if b.weak == battery.NoDiskQuota {
-		if err := os.Mkdir(s.dir, 0o700); err != nil {
-			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: workspace")
-		}
-		if err := os.Chown(s.dir, int(s.uid), int(s.gid)); err != nil {
-			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: workspace")
-		}
-	} else {
-		if err := mountWorkspace(s.dir, sandbox.DefaultDisk, s.uid, s.gid); err != nil {
-			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: workspace")
-		}
+		size = 0 // tmpfs: no size or inode limit
+	}
+	if err := mountWorkspace(s.dir, size, s.uid, s.gid); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: workspace")
 	}
 	s.mounted = true
 	if s.group, err = cgroup.New(fmt.Sprintf("%s/native/%s", cgroup.Prefix, id), cgroup.Limits{}); err != nil {
@@ -293,11 +288,7 @@ func (s *nativeSandbox) Destroy(ctx context.Context) error {
 		errs = append(errs, s.slot.Close(ctx))
 	}
 	if s.mounted {
-		if s.b.weak == battery.NoDiskQuota {
-			errs = append(errs, os.RemoveAll(s.dir))
-		} else {
-			errs = append(errs, unmountWorkspace(s.dir))
-		}
+		errs = append(errs, unmountWorkspace(s.dir))
 	}
 	if s.hasUID {
 		s.b.uids.put(s.uid)

@@ -13,8 +13,15 @@ import (
 	"github.com/wovyr/wovyr/sandbox"
 )
 
-// maxInodes bounds files in a workspace (BATTERY 53), independent of size.
-const maxInodes = 16384
+// inodesFor bounds files in a workspace (BATTERY 53): one inode per 4 KiB
+// of disk quota, at least 1024, so a million empty files cannot pin memory.
+// Size zero (positive controls only) means no limit at all.
+func inodesFor(size int64) int64 {
+	if size == 0 {
+		return 0
+	}
+	return max(size/4096, 1024)
+}
 
 // mountWorkspace mounts a tmpfs of size bytes, owned by uid:gid, at dir.
 // tmpfs pages are charged to the writer's memory cgroup, and size makes the
@@ -23,7 +30,7 @@ func mountWorkspace(dir string, size int64, uid, gid uint32) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}
-	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700,uid=%d,gid=%d", size, maxInodes, uid, gid)
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700,uid=%d,gid=%d", size, inodesFor(size), uid, gid)
 	if err := unix.Mount("wovyr-ws", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		os.Remove(dir)
 		return fmt.Errorf("workspace: mount tmpfs: %w", err)
@@ -33,7 +40,7 @@ func mountWorkspace(dir string, size int64, uid, gid uint32) error {
 
 // resizeWorkspace sets the tmpfs size to the invocation's disk limit.
 func resizeWorkspace(dir string, size int64) error {
-	opts := fmt.Sprintf("size=%d,nr_inodes=%d", size, maxInodes)
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d", size, inodesFor(size))
 	if err := unix.Mount("wovyr-ws", dir, "tmpfs", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("workspace: resize: %w", err)
 	}
