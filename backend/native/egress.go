@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/wovyr/wovyr/egress"
+	"github.com/wovyr/wovyr/netpolicy"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
@@ -36,16 +37,21 @@ func (b *Backend) netKind() string {
 	return "egress-slot"
 }
 
-// checkNetwork refuses, before anything is claimed, a policy this sandbox
-// cannot enforce.
-func (s *nativeSandbox) checkNetwork(inv *sandbox.Invocation) error {
-	if s.slot == nil {
-		if !inv.Policy.Network.DenyAll() {
+// CheckNetwork implements sandbox.NetworkChecker.
+func (b *Backend) CheckNetwork(p netpolicy.Policy) error {
+	if b.net == nil {
+		if !p.DenyAll() {
 			return sandbox.Errorf(sandbox.Unenforceable, "policy.network", "native backend without an egress service enforces deny-all egress only")
 		}
 		return nil
 	}
-	return s.b.net.Check(inv.Policy.Network)
+	return b.net.Check(p)
+}
+
+// checkNetwork refuses, before anything is claimed, a policy this sandbox
+// cannot enforce.
+func (s *nativeSandbox) checkNetwork(inv *sandbox.Invocation) error {
+	return s.b.CheckNetwork(inv.Policy.Network)
 }
 
 // applyNetwork binds the slot to the invocation (claim time). A deny-all
