@@ -1,0 +1,97 @@
+package agent
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// MaxFrame bounds one frame: a job carries at most stdin and files (bounded
+// by package sandbox), a reply at most two capped streams.
+const MaxFrame = 160 << 20
+
+// ErrFrameTooLarge is returned for a frame over MaxFrame; the stream is then
+// unusable and must be closed.
+var ErrFrameTooLarge = errors.New("agent: frame too large")
+
+// Job is one unit of work for the agent.
+type Job struct {
+	ID    string   `json:"id"`
+	Argv  []string `json:"argv"`
+	Env   []string `json:"env"` // complete; nothing inherited
+	Dir   string   `json:"dir,omitempty"`
+	Stdin []byte   `json:"stdin,omitempty"`
+	Files []File   `json:"files,omitempty"` // written under Dir before the start
+	// Wall is the deadline from start; zero means none (the host enforces
+	// its own deadline regardless).
+	Wall time.Duration `json:"wall,omitempty"`
+	// Output caps each of stdout and stderr.
+	Output int64 `json:"output"`
+	// Shutdown asks the agent to exit after replying (no job is run if Argv
+	// is empty).
+	Shutdown bool `json:"shutdown,omitempty"`
+}
+
+// File is a file the agent writes before running a job, relative to Dir.
+type File struct {
+	Path string `json:"path"`
+	Data []byte `json:"data"`
+	Mode uint32 `json:"mode,omitempty"`
+}
+
+// Reply is the agent's answer to one Job.
+type Reply struct {
+	ID              string        `json:"id"`
+	ExitCode        int           `json:"exit_code"`
+	Signal          string        `json:"signal,omitempty"`
+	TimedOut        bool          `json:"timed_out,omitempty"`
+	Stdout          []byte        `json:"stdout"`
+	Stderr          []byte        `json:"stderr"`
+	StdoutTruncated bool          `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool          `json:"stderr_truncated,omitempty"`
+	Wall            time.Duration `json:"wall"`
+	CPU             time.Duration `json:"cpu"`
+	MaxRSS          int64         `json:"max_rss"` // bytes, largest child
+	// Error is set when the agent could not run the job at all (e.g. the
+	// program does not exist); ExitCode is then 127.
+	Error string `json:"error,omitempty"`
+}
+
+// WriteFrame writes v as one frame: a 4-byte big-endian length, then JSON.
+func WriteFrame(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("agent: encode frame: %w", err)
+	}
+	if len(b) > MaxFrame {
+		return ErrFrameTooLarge
+	}
+	buf := make([]byte, 4+len(b))
+	binary.BigEndian.PutUint32(buf, uint32(len(b)))
+	copy(buf[4:], b)
+	_, err = w.Write(buf)
+	return err
+}
+
+// ReadFrame reads one frame into v.
+func ReadFrame(r io.Reader, v any) error {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n > MaxFrame {
+		return ErrFrameTooLarge
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return fmt.Errorf("agent: short frame: %w", err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("agent: decode frame: %w", err)
+	}
+	return nil
+}

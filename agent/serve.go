@@ -1,0 +1,87 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// Serve runs jobs read from rw one at a time until the stream ends, ctx is
+// done, or a job asks for Shutdown. It returns nil on a clean end of stream.
+func Serve(ctx context.Context, rw io.ReadWriter) error {
+	for {
+		var job Job
+		if err := ReadFrame(rw, &job); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		var rep Reply
+		if len(job.Argv) > 0 {
+			rep = Execute(ctx, job)
+		} else {
+			rep = Reply{ID: job.ID}
+		}
+		if err := WriteFrame(rw, rep); err != nil {
+			return err
+		}
+		if job.Shutdown {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// Client is the host side of one agent connection. It is safe for
+// concurrent use; jobs are serialised because the agent runs one at a time.
+type Client struct {
+	mu sync.Mutex
+	rw io.ReadWriteCloser
+}
+
+// NewClient wraps an established connection to an agent.
+func NewClient(rw io.ReadWriteCloser) *Client { return &Client{rw: rw} }
+
+// Do sends job and waits for its reply. If ctx ends first the connection is
+// closed (the agent's job can no longer be trusted to report) and ctx's error
+// returned; the caller must then destroy the sandbox.
+func (c *Client) Do(ctx context.Context, job Job) (Reply, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	type result struct {
+		rep Reply
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		if err := WriteFrame(c.rw, job); err != nil {
+			ch <- result{err: fmt.Errorf("agent: send job: %w", err)}
+			return
+		}
+		var rep Reply
+		if err := ReadFrame(c.rw, &rep); err != nil {
+			ch <- result{err: fmt.Errorf("agent: read reply: %w", err)}
+			return
+		}
+		ch <- result{rep: rep}
+	}()
+	select {
+	case r := <-ch:
+		if r.err == nil && r.rep.ID != job.ID {
+			return Reply{}, fmt.Errorf("agent: reply for %q, want %q", r.rep.ID, job.ID)
+		}
+		return r.rep, r.err
+	case <-ctx.Done():
+		c.rw.Close()
+		<-ch
+		return Reply{}, ctx.Err()
+	}
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.rw.Close() }

@@ -1,0 +1,60 @@
+// Command wovyr-guest is the static binary wovyr places inside sandboxes: the
+// job agent (a container's or microVM's init) and the battery's in-sandbox
+// prober. Build it with CGO_ENABLED=0 so it runs in any root filesystem.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/wovyr/wovyr/agent"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: wovyr-guest agent [--device PATH] | probe …")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	switch os.Args[1] {
+	case "agent":
+		os.Exit(agentMain(ctx, os.Args[2:]))
+	default:
+		fmt.Fprintf(os.Stderr, "wovyr-guest: unknown command %q\n", os.Args[1])
+		os.Exit(2)
+	}
+}
+
+// agentMain serves jobs on stdin/stdout, or on a character device such as a
+// virtio-serial port.
+func agentMain(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	device := fs.String("device", "", "serve on this device (e.g. a virtio-serial port) instead of stdin/stdout")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var rw io.ReadWriter = struct {
+		io.Reader
+		io.Writer
+	}{os.Stdin, os.Stdout}
+	if *device != "" {
+		f, err := os.OpenFile(*device, os.O_RDWR, 0)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "wovyr-guest:", err)
+			return 1
+		}
+		defer f.Close()
+		rw = f
+	}
+	if err := agent.Serve(ctx, rw); err != nil {
+		fmt.Fprintln(os.Stderr, "wovyr-guest:", err)
+		return 1
+	}
+	return 0
+}
