@@ -1,0 +1,34 @@
+// Package wasm is wovyr's WebAssembly backend: WASI preview1 core modules run
+// on Wasmtime (through package internal/wasmcapi) at strength wasm.
+//
+// Isolation comes from the module's linear memory and from WASI capabilities:
+// the guest has exactly the argv and env it was given, stdio captured into
+// capped buffers, the host's CSPRNG and real clocks, no sockets (the linker
+// offers preview1 only and no socket is ever preopened, so egress is
+// deny-all by construction), and only the directories granted:
+//
+//   - /work, read-write: the invocation's own workspace (a fresh directory
+//     under the state dir). Workload.Files are written there before the run
+//     and Workload.Collect is read back after it, never following symlinks.
+//     It is preopened only when the invocation has files in or out.
+//   - Config.Preopens, read-only: host directories the operator grants to
+//     every invocation (a dataset, a toolchain).
+//
+// Limits: fuel (class out-of-fuel), the wall deadline through epoch
+// interruption driven by one ticker per engine (class timeout, within one
+// tick), linear memory and tables through the store limiter (the guest sees
+// memory.grow fail; class oom when it dies of it), and the output cap. A
+// fresh instance per invocation comes from the pooling allocator, made from
+// an InstancePre kept per module digest; compiled code is cached on disk in
+// the state dir, keyed by (module digest, engine config hash, Wasmtime
+// version) and verified by SHA-256 before it is loaded.
+//
+// What it does not do: Limits.Pids, NoFile and Disk have no meaning or no
+// enforcement point inside a WASI guest (there are no processes; Wasmtime's
+// WASI has no descriptor or byte quota); they are documented as unenforced
+// rather than faked. Non-empty egress allowlists are refused
+// (policy-unenforceable).
+//
+// ExecMain is the same code path as a process (wovyr wasm-exec), for running
+// wasm inside the container, gVisor and microVM backends.
+package wasm

@@ -1,0 +1,31 @@
+package wasm
+
+import (
+	"fmt"
+	"testing"
+)
+
+func fmtSscanf(s, f string, a ...any) (int, error) { return fmt.Sscanf(s, f, a...) }
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func tail(b []byte) string {
+	if len(b) > 300 {
+		b = b[len(b)-300:]
+	}
+	return string(b)
+}
+
+func mustWat(t testing.TB, src string) []byte {
+	t.Helper()
+	b, err := wat2wasm(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
