@@ -137,10 +137,7 @@ func TestArgsAndEnvExactlyAsGiven(t *testing.T) {
 func TestDotDotOutOfPreopenIsDenied(t *testing.T) {
 	b := newBackend(t)
 	// A canary beside the workspace: one ".." away from /work on the host.
-	canary := filepath.Join(b.work, "canary")
-	if err := os.WriteFile(canary, []byte("SECRET"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	plantCanary(t, b)
 	for _, p := range []string{"/work/../canary", "/work/a/../../canary", "/work/../../../etc/passwd", "/etc/passwd", "../canary"} {
 		in := inv(guest(t, "goguest"), "g", "cat", p)
 		in.Workload.Files = []sandbox.File{{Path: "a/x", Data: []byte("x")}}
@@ -153,10 +150,7 @@ func TestDotDotOutOfPreopenIsDenied(t *testing.T) {
 
 func TestSymlinkOutOfPreopenIsNotFollowed(t *testing.T) {
 	b := newBackend(t)
-	canary := filepath.Join(b.work, "canary")
-	if err := os.WriteFile(canary, []byte("SECRET"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	canary := plantCanary(t, b)
 	// The guest plants a link (WASI path_symlink) and then follows it.
 	for _, target := range []string{"../canary", "/etc/passwd", canary} {
 		in := inv(guest(t, "goguest"), "g", "symlink", target, "/work/link")
@@ -237,10 +231,10 @@ func TestStdinAndOutputCap(t *testing.T) {
 func TestInvalidModuleIsBadInputBeforeRunning(t *testing.T) {
 	b := newBackend(t)
 	for name, mod := range map[string][]byte{
-		"garbage":   []byte("\x00asm\x01\x00\x00\x00garbage"),
-		"not wasm":  []byte("#!/bin/sh\necho hi\n"),
+		"garbage":    []byte("\x00asm\x01\x00\x00\x00garbage"),
+		"not wasm":   []byte("#!/bin/sh\necho hi\n"),
 		"bad import": mustWat(t, `(module (import "env" "host_fn" (func)) (func (export "_start")))`),
-		"no _start": mustWat(t, `(module (func (export "main")))`),
+		"no _start":  mustWat(t, `(module (func (export "main")))`),
 	} {
 		sb, _ := b.Prepare(context.Background(), sandbox.Template{Kind: sandbox.KindWasm})
 		_, err := sb.Run(context.Background(), inv(mod, "x"))
@@ -314,7 +308,7 @@ func TestRandomAndClockAreReal(t *testing.T) {
 }
 
 func TestReconcileRemovesLeftovers(t *testing.T) {
-	b := newBackend(t)
+	b := newBackend(t, func(c *Config) { c.StateDir = t.TempDir() })
 	os.MkdirAll(filepath.Join(b.work, "wovyr-wasm-123", "sub"), 0o700)
 	os.WriteFile(filepath.Join(b.cfg.StateDir, "wasm", "cache", ".wovyr-tmp-9"), nil, 0o600)
 	keep := filepath.Join(b.work, "not-ours")

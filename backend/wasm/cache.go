@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/wovyr/wovyr/internal/wasmcapi"
 	"github.com/wovyr/wovyr/sandbox"
@@ -36,6 +37,8 @@ type cache struct {
 	clock   uint64            // LRU clock
 	loading map[string]*load  // single flight per digest
 	closed  bool
+
+	compiled, loaded, discarded atomic.Int64 // artifacts, for metrics and tests
 }
 
 type entry struct {
@@ -177,8 +180,10 @@ func (c *cache) module(moduleDigest string, wasm []byte) (*wasmcapi.Module, erro
 	key := c.key(moduleDigest)
 	path := filepath.Join(c.dir, key+".cwasm")
 	if m, err := c.loadArtifact(path, key); err == nil {
+		c.loaded.Add(1)
 		return m, nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
+		c.discarded.Add(1)
 		c.log.Warn("wasm: discarding compiled artifact", "path", path, "err", err)
 		_ = os.Remove(path)
 	}
@@ -186,6 +191,7 @@ func (c *cache) module(moduleDigest string, wasm []byte) (*wasmcapi.Module, erro
 	if err != nil {
 		return nil, sandbox.Wrap(sandbox.BadInput, err, "invalid wasm module")
 	}
+	c.compiled.Add(1)
 	if err := c.storeArtifact(path, key, m); err != nil {
 		c.log.Warn("wasm: cannot store compiled artifact", "path", path, "err", err)
 	}

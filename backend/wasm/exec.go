@@ -107,6 +107,10 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return fail(err)
 	}
 	defer b.Close()
+	rest := fs.Args()[1:]
+	if len(rest) > 0 && rest[0] == "--" {
+		rest = rest[1:]
+	}
 	name := *argv0
 	if name == "" {
 		name = filepath.Base(modPath)
@@ -115,7 +119,7 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		Tenant: "wasm-exec",
 		Workload: sandbox.Workload{
 			Kind: sandbox.KindWasm, Module: module,
-			Argv: append([]string{name}, fs.Args()[1:]...), Env: envs,
+			Argv: append([]string{name}, rest...), Env: envs,
 		},
 		Limits: sandbox.Limits{Wall: *wall, Memory: mem, Fuel: *fuel},
 		Policy: sandbox.Policy{Trust: sandbox.Internal},
@@ -184,4 +188,3 @@ func parseBytes(s string) (int64, error) {
 	}
 	return n * mult, nil
 }
-

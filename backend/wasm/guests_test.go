@@ -17,7 +17,9 @@ import (
 // GOOS=wasip1, C with clang --target=wasm32-wasi (wasi-libc), WAT with
 // wat2wasm (wabt). Nothing prebuilt is committed.
 
-var guestDir string
+// guestDir holds the built guests; sharedState is the state dir most tests
+// share, so each guest is compiled once per test run (the on-disk cache).
+var guestDir, sharedState string
 
 func TestMain(m *testing.M) {
 	if os.Getenv(execHelperEnv) != "" { // the test binary doubles as wovyr wasm-exec
@@ -29,6 +31,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	guestDir = d
+	sharedState = filepath.Join(d, "state")
 	code := m.Run()
 	os.RemoveAll(d)
 	os.Exit(code)
@@ -70,10 +73,10 @@ func guest(t testing.TB, name string) []byte {
 	return b
 }
 
-// newBackend makes a Backend over a fresh state dir, closed at cleanup.
+// newBackend makes a Backend over the shared state dir, closed at cleanup.
 func newBackend(t testing.TB, mod ...func(*Config)) *Backend {
 	t.Helper()
-	cfg := Config{StateDir: t.TempDir()}
+	cfg := Config{StateDir: sharedState}
 	for _, f := range mod {
 		f(&cfg)
 	}
@@ -109,4 +112,3 @@ func run(t testing.TB, b *Backend, in *sandbox.Invocation) *sandbox.Result {
 	}
 	return res
 }
-

@@ -2,6 +2,8 @@ package wasm
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -28,4 +30,15 @@ func mustWat(t testing.TB, src string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// plantCanary writes a secret beside the workspaces, one ".." above /work.
+func plantCanary(t testing.TB, b *Backend) string {
+	t.Helper()
+	p := filepath.Join(b.work, "canary")
+	if err := os.WriteFile(p, []byte("SECRET"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(p) })
+	return p
 }
