@@ -152,17 +152,18 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 	return &wasmSandbox{b: b}, nil
 }
 
-// Reconcile removes workspaces left by a crashed process (everything under
-// StateDir/wasm/work is named wovyr-wasm-*) and temporary cache files. It
-// removes nothing else and must not run while this Backend runs invocations.
+// Reconcile removes workspaces left by a crashed process (tmpfs mounts with
+// source "wovyr-wasm" on StateDir/wasm/work/wovyr-wasm-*, then the
+// directories) and temporary cache files. It removes nothing else and must
+// not run while this Backend runs invocations.
 func (b *Backend) Reconcile(ctx context.Context) (int, error) {
 	return Reconcile(ctx, b.cfg.StateDir)
 }
 
 // Reconcile is Backend.Reconcile for a state dir without a Backend.
 func Reconcile(ctx context.Context, stateDir string) (int, error) {
-	n := 0
-	var errs []error
+	n, err := unmountUnder(filepath.Join(stateDir, "wasm", "work"))
+	errs := []error{err}
 	for _, pat := range []string{
 		filepath.Join(stateDir, "wasm", "work", "wovyr-wasm-*"),
 		filepath.Join(stateDir, "wasm", "cache", ".wovyr-tmp-*"),

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -307,14 +308,39 @@ func TestRandomAndClockAreReal(t *testing.T) {
 	}
 }
 
+func TestDiskAndInodeQuota(t *testing.T) {
+	b := newBackend(t)
+	in := inv(guest(t, "goguest"), "g", "fill", "/work/big")
+	in.Workload.Files = []sandbox.File{{Path: "in", Data: []byte("x")}}
+	in.Limits.Disk = 4 << 20
+	res := run(t, b, in)
+	var n int
+	if _, err := fmtSscanf(string(res.Stdout), "wrote %d:", &n); err != nil || n > 4<<20 || n < 3<<20 || !bytes.Contains(res.Stdout, []byte("No space left")) {
+		t.Fatalf("fill under a 4 MiB quota: %q", res.Stdout)
+	}
+	in = inv(guest(t, "goguest"), "g", "files", "/work")
+	in.Workload.Collect = []string{"f0"}
+	in.Limits.Disk = 1 << 20 // 256 inodes
+	res = run(t, b, in)
+	if _, err := fmtSscanf(string(res.Stdout), "created %d:", &n); err != nil || n > 256 || n < 200 {
+		t.Fatalf("files under a 256-inode quota: %q", res.Stdout)
+	}
+}
+
 func TestReconcileRemovesLeftovers(t *testing.T) {
 	b := newBackend(t, func(c *Config) { c.StateDir = t.TempDir() })
 	os.MkdirAll(filepath.Join(b.work, "wovyr-wasm-123", "sub"), 0o700)
+	mounted := filepath.Join(b.work, "wovyr-wasm-456")
+	os.Mkdir(mounted, 0o700)
+	if err := syscall.Mount(mountSource, mounted, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(mounted, "left"), []byte("x"), 0o600)
 	os.WriteFile(filepath.Join(b.cfg.StateDir, "wasm", "cache", ".wovyr-tmp-9"), nil, 0o600)
 	keep := filepath.Join(b.work, "not-ours")
 	os.WriteFile(keep, nil, 0o600)
 	n, err := b.Reconcile(context.Background())
-	if err != nil || n != 2 {
+	if err != nil || n != 4 { // one unmount, three removals
 		t.Fatalf("removed %d: %v", n, err)
 	}
 	if _, err := os.Stat(keep); err != nil {

@@ -100,7 +100,7 @@ func (b *Backend) run(ctx context.Context, inv *sandbox.Invocation, o runOpts) (
 	}
 	var ws *workspace
 	if len(w.Files) > 0 || len(w.Collect) > 0 {
-		if ws, err = newWorkspace(b.work, w.Files); err != nil {
+		if ws, err = newWorkspace(b.work, w.Files, lim.Disk); err != nil {
 			return nil, err
 		}
 		defer func() {

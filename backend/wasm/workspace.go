@@ -8,28 +8,45 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/wovyr/wovyr/sandbox"
 )
 
 // workspace is one invocation's read-write directory, preopened at /work.
+// It is a tmpfs of its own, sized to Limits.Disk with an inode bound, so a
+// guest that fills it gets ENOSPC and the host's disk is untouched.
 type workspace struct {
-	dir string
+	dir     string
+	mounted bool
 }
 
-func newWorkspace(parent string, files []sandbox.File) (*workspace, error) {
+// mountSource names every workspace mount, so Reconcile can find leftovers.
+const mountSource = "wovyr-wasm"
+
+func newWorkspace(parent string, files []sandbox.File, disk int64) (*workspace, error) {
 	dir, err := os.MkdirTemp(parent, "wovyr-wasm-")
 	if err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "wasm: workspace")
 	}
 	w := &workspace{dir: dir}
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700", disk, inodes(disk))
+	if err := syscall.Mount(mountSource, dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, opts); err != nil {
+		w.remove()
+		return nil, sandbox.Wrap(sandbox.Unenforceable, err, "wasm: the workspace disk quota needs a tmpfs mount (run as root)")
+	}
+	w.mounted = true
 	if err := w.write(files); err != nil {
 		w.remove()
 		return nil, err
 	}
 	return w, nil
 }
+
+// inodes bounds the files in a workspace: one per 4 KiB of quota, at least 64.
+func inodes(disk int64) int64 { return max(64, disk/4096) }
 
 func (w *workspace) write(files []sandbox.File) error {
 	root, err := os.OpenRoot(w.dir)
@@ -107,4 +124,55 @@ func (w *workspace) collect(paths []string, budget int64, follow bool) (out []sa
 	return out, skipped, nil
 }
 
-func (w *workspace) remove() error { return os.RemoveAll(w.dir) }
+func (w *workspace) remove() error {
+	if w.mounted {
+		if err := syscall.Unmount(w.dir, syscall.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount workspace: %w", err)
+		}
+		w.mounted = false
+	}
+	return os.Remove(w.dir)
+}
+
+// unmountUnder detaches every workspace mount below dir (Reconcile).
+func unmountUnder(dir string) (int, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, line := range strings.Split(string(b), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 2 || g[0] != "tmpfs" || g[1] != mountSource {
+			continue
+		}
+		mp := unescapeMount(f[4])
+		if filepath.Dir(mp) != dir || !strings.HasPrefix(filepath.Base(mp), "wovyr-wasm-") {
+			continue
+		}
+		if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for space, …).
+func unescapeMount(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

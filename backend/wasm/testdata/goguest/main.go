@@ -56,6 +56,28 @@ func main() {
 			os.Stdout.Write(buf[:k])
 			n -= k
 		}
+	case "fill": // write 64 KiB chunks to a file until the write fails
+		f, err := os.Create(a[0])
+		check(err)
+		buf := make([]byte, 64<<10)
+		n := 0
+		for {
+			k, err := f.Write(buf)
+			n += k
+			if err != nil {
+				fmt.Printf("wrote %d: %v\n", n, err)
+				return
+			}
+		}
+	case "files": // create empty files until it fails
+		for i := 0; ; i++ {
+			f, err := os.Create(fmt.Sprintf("%s/f%d", a[0], i))
+			if err != nil {
+				fmt.Printf("created %d: %v\n", i, err)
+				return
+			}
+			f.Close()
+		}
 	case "spin":
 		for {
 		}
