@@ -55,6 +55,8 @@ type weakness struct {
 	noDeadline      bool   // do not arm the epoch deadline
 	noMemoryLimit   bool   // do not set the store's memory limit
 	followSymlinks  bool   // collect files through symlinks
+	noDiskQuota     bool   // a plain directory instead of a sized tmpfs
+	ignoreOutputCap bool   // keep MaxOutputBytes whatever the invocation asks
 }
 
 func (w weakness) any() bool { return w != weakness{} }

@@ -95,12 +95,15 @@ func (b *Backend) run(ctx context.Context, inv *sandbox.Invocation, o runOpts) (
 	if b.cfg.weak.noDeadline {
 		spec.Wall = 0
 	}
+	if b.cfg.weak.ignoreOutputCap {
+		spec.Output = sandbox.MaxOutputBytes
+	}
 	if b.cfg.weak.noMemoryLimit {
 		spec.Memory = 0
 	}
 	var ws *workspace
 	if len(w.Files) > 0 || len(w.Collect) > 0 {
-		if ws, err = newWorkspace(b.work, w.Files, lim.Disk); err != nil {
+		if ws, err = newWorkspace(b.work, w.Files, lim.Disk, !b.cfg.weak.noDiskQuota); err != nil {
 			return nil, err
 		}
 		defer func() {
@@ -164,7 +167,10 @@ func (b *Backend) classify(out *wasmcapi.Outcome, spec *wasmcapi.Spec, res *sand
 			res.Class, res.Error = sandbox.OOM, fmt.Sprintf("exited %d with linear memory at %d of %d bytes", out.ExitCode, out.MemorySize, spec.Memory)
 		}
 	case wasmcapi.EndTrap, wasmcapi.EndHostError:
-		res.ExitCode, res.Signal, res.Error = -1, "trap", out.Message
+		res.ExitCode, res.Signal, res.Error = -1, "trap", "host error: "+out.Message
+		if out.End == wasmcapi.EndTrap {
+			res.Error = wasmcapi.TrapName(out.TrapCode) + ": " + out.Message
+		}
 		switch {
 		case out.End == wasmcapi.EndTrap && out.TrapCode == wasmcapi.TrapOutOfFuel:
 			res.Class = sandbox.OutOfFuel

@@ -26,12 +26,19 @@ type workspace struct {
 // mountSource names every workspace mount, so Reconcile can find leftovers.
 const mountSource = "wovyr-wasm"
 
-func newWorkspace(parent string, files []sandbox.File, disk int64) (*workspace, error) {
+func newWorkspace(parent string, files []sandbox.File, disk int64, quota bool) (*workspace, error) {
 	dir, err := os.MkdirTemp(parent, "wovyr-wasm-")
 	if err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "wasm: workspace")
 	}
 	w := &workspace{dir: dir}
+	if !quota { // positive controls only
+		if err := w.write(files); err != nil {
+			w.remove()
+			return nil, err
+		}
+		return w, nil
+	}
 	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700", disk, inodes(disk))
 	if err := syscall.Mount(mountSource, dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, opts); err != nil {
 		w.remove()
@@ -125,12 +132,13 @@ func (w *workspace) collect(paths []string, budget int64, follow bool) (out []sa
 }
 
 func (w *workspace) remove() error {
-	if w.mounted {
-		if err := syscall.Unmount(w.dir, syscall.MNT_DETACH); err != nil {
-			return fmt.Errorf("unmount workspace: %w", err)
-		}
-		w.mounted = false
+	if !w.mounted { // only positive controls skip the tmpfs
+		return os.RemoveAll(w.dir)
 	}
+	if err := syscall.Unmount(w.dir, syscall.MNT_DETACH); err != nil {
+		return fmt.Errorf("unmount workspace: %w", err)
+	}
+	w.mounted = false
 	return os.Remove(w.dir)
 }
 

@@ -164,3 +164,20 @@ func (p *InstancePre) Run(ctx context.Context, s *Spec) *Outcome {
 	o.Total = time.Duration(r.ended_ns - r.t0_ns)
 	return o
 }
+
+// trapNames follows enum wasmtime_trap_code_enum in trap.h.
+var trapNames = []string{
+	"stack-overflow", "memory-out-of-bounds", "heap-misaligned", "table-out-of-bounds",
+	"indirect-call-to-null", "bad-signature", "integer-overflow", "integer-division-by-zero",
+	"bad-conversion-to-integer", "unreachable", "interrupt", "always-trap-adapter", "out-of-fuel",
+	"atomic-wait-non-shared-memory", "null-reference", "array-out-of-bounds", "allocation-too-large",
+	"cast-failure", "cannot-enter-component", "no-async-result", "disabled-opcode",
+}
+
+// TrapName names a trap code ("stack-overflow", …; "trap" when unknown).
+func TrapName(code int) string {
+	if code >= 0 && code < len(trapNames) {
+		return trapNames[code]
+	}
+	return "trap"
+}
