@@ -29,6 +29,7 @@ type Backend struct {
 	stopTick chan struct{}
 	ticked   sync.WaitGroup
 	closed   sync.Once
+	kids     children // weakened copies (battery controls)
 }
 
 // New makes the engine (with its instance pool), opens the compiled-module
@@ -83,6 +84,11 @@ func (b *Backend) tick() {
 // not run after Close. It is idempotent.
 func (b *Backend) Close() error {
 	b.closed.Do(func() {
+		b.kids.mu.Lock()
+		for _, k := range b.kids.list {
+			k.Close()
+		}
+		b.kids.mu.Unlock()
 		close(b.stopTick)
 		b.ticked.Wait()
 		b.cache.close()

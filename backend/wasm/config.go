@@ -2,6 +2,7 @@ package wasm
 
 import (
 	"fmt"
+	"github.com/wovyr/wovyr/battery"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -46,8 +47,11 @@ type Preopen struct {
 	Guest string `json:"guest"`
 }
 
-// weakness lists what a positive control may break on purpose.
+// weakness lists what a positive control may break on purpose (weak.go).
 type weakness struct {
+	name            battery.Weakness
+	widePreopen     bool   // probes grant a directory one level too wide
+	probeSelf       bool   // the probe weakens its own attempt (no config knob)
 	inheritEnv      bool   // expose the host environment
 	rwPreopens      bool   // grant Config.Preopens read-write
 	workspaceParent bool   // map /work to the workspace's parent directory

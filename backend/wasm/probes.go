@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/wovyr/wovyr/battery"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,17 +31,16 @@ type Record struct {
 type Probe struct {
 	ID   int
 	Name string
-	// weaken breaks, on purpose, what the probe checks (the positive
-	// control); nil means the control is in the probe itself (env.control).
-	weaken func(*Config)
-	run    func(ctx context.Context, e *probeEnv) (tried, observed string, pass bool)
+	// weakness is the positive control's configuration (see weaknesses).
+	weakness battery.Weakness
+	run      func(ctx context.Context, e *probeEnv) (tried, observed string, pass bool)
 }
 
-// Probes lists the W probes: 14, 48, 51–55, 58 and 61–69.
+// Probes lists the W probes: 6, 14, 44, 48, 51–55, 57, 58 and 61–69.
 func Probes() []Probe {
 	return []Probe{
-		probeLinksCollect, probeSharedStorage,
-		probeMemory, probeDisk, probeInodes, probeFDs, probeSpin, probeOutputFlood,
+		probeRiskyConfig, probeLinksCollect, probeInfoLeaks, probeSharedStorage,
+		probeMemory, probeDisk, probeInodes, probeFDs, probeSpin, probeThreadsStacks, probeOutputFlood,
 		probeTraversal, probeSymlinks, probeSwapRace, probeRights, probeFDTricks,
 		probeAmbient, probeStackOverflow, probeCompileBomb, probeHostCalls,
 	}
@@ -63,13 +63,18 @@ func (p Probe) Run(ctx context.Context, cfg Config) Record { return p.exec(ctx, 
 // sound probe reports Pass false.
 func (p Probe) Control(ctx context.Context, cfg Config) Record { return p.exec(ctx, cfg, true) }
 
-func (p Probe) exec(ctx context.Context, cfg Config, control bool) (r Record) {
-	r = Record{ID: p.ID, Name: p.Name, Backend: Name, Control: control}
+func (p Probe) exec(ctx context.Context, cfg Config, control bool) Record {
 	cfg.weak = weakness{}
-	if control && p.weaken != nil {
-		p.weaken(&cfg)
+	if control {
+		cfg = weaken(cfg, p.weakness)
 	}
-	e := &probeEnv{cfg: cfg, control: control}
+	return p.runCfg(ctx, cfg)
+}
+
+// runCfg runs the probe on cfg as given (weakened or not).
+func (p Probe) runCfg(ctx context.Context, cfg Config) (r Record) {
+	r = Record{ID: p.ID, Name: p.Name, Backend: Name, Control: cfg.weak.name != ""}
+	e := &probeEnv{cfg: cfg, control: cfg.weak.probeSelf}
 	defer e.close()
 	defer func() {
 		if v := recover(); v != nil { // a probe that crashes fails

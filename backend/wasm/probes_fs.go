@@ -43,7 +43,7 @@ func verdict(e *probeEnv, res *sandbox.Result, extra ...string) (string, bool) {
 var probeTraversal = Probe{
 	ID: 61, Name: "dot-dot traversal",
 	// Control: a preopen grants the host root.
-	weaken: func(c *Config) { c.weak.extraRoot = "/host" },
+	weakness: WeakHostRoot,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
 		b, err := e.backend()
 		if err != nil {
@@ -76,7 +76,7 @@ func (e *probeEnv) wideData() (dataDir, guestPrefix string, pre Preopen) {
 	s := e.scratchDir()
 	dataDir = filepath.Join(s, "data")
 	os.Mkdir(dataDir, 0o755)
-	if e.control {
+	if e.cfg.weak.widePreopen {
 		return dataDir, "data/", Preopen{Host: s, Guest: "/data"}
 	}
 	return dataDir, "", Preopen{Host: dataDir, Guest: "/data"}
@@ -84,6 +84,7 @@ func (e *probeEnv) wideData() (dataDir, guestPrefix string, pre Preopen) {
 
 var probeSymlinks = Probe{
 	ID: 62, Name: "symlinks out of a preopen",
+	weakness: WeakWidePreopen,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
 		dataDir, pfx, pre := e.wideData()
 		b, err := e.backend(pre)
@@ -124,7 +125,7 @@ var probeSymlinks = Probe{
 
 var probeLinksCollect = Probe{
 	ID: 14, Name: "links collected by the host",
-	weaken: func(c *Config) { c.weak.followSymlinks = true },
+	weakness: WeakFollowLinks,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
 		b, err := e.backend()
 		if err != nil {
@@ -149,6 +150,7 @@ var probeLinksCollect = Probe{
 
 var probeSwapRace = Probe{
 	ID: 63, Name: "external swap race",
+	weakness: WeakWidePreopen,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
 		dataDir, pfx, pre := e.wideData()
 		if _, err := e.backend(pre); err != nil {
@@ -210,7 +212,7 @@ var probeSwapRace = Probe{
 
 var probeRights = Probe{
 	ID: 64, Name: "read-only preopen rights",
-	weaken: func(c *Config) { c.weak.rwPreopens = true },
+	weakness: WeakRWPreopens,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
 		ro := filepath.Join(e.scratchDir(), "ro")
 		os.Mkdir(ro, 0o755)
@@ -249,7 +251,7 @@ var probeRights = Probe{
 var probeFDTricks = Probe{
 	ID: 65, Name: "fd tricks",
 	// Control: an ungranted preopen (the host root) appears in the table.
-	weaken: func(c *Config) { c.weak.extraRoot = "/host" },
+	weakness: WeakHostRoot,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
 		if _, err := e.backend(); err != nil {
 			return failed(err)
@@ -288,7 +290,7 @@ var probeFDTricks = Probe{
 var probeSharedStorage = Probe{
 	ID: 48, Name: "shared storage between invocations",
 	// Control: /work is the parent of every workspace.
-	weaken: func(c *Config) { c.weak.workspaceParent = true },
+	weakness: WeakSharedWorkspace,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
 		if _, err := e.backend(); err != nil {
 			return failed(err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/wovyr/wovyr/battery"
 	"runtime"
 	"strconv"
 	"strings"
@@ -19,7 +20,7 @@ func lines(res *sandbox.Result) string {
 
 var probeMemory = Probe{
 	ID: 51, Name: "memory exhaustion",
-	weaken: func(c *Config) { c.weak.noMemoryLimit = true },
+	weakness: battery.NoMemoryLimit,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
 		if _, err := e.backend(); err != nil {
 			return failed(err)
@@ -59,7 +60,7 @@ func fillGuest(stopAt int) string {
 
 var probeDisk = Probe{
 	ID: 52, Name: "disk exhaustion",
-	weaken: func(c *Config) { c.weak.noDiskQuota = true },
+	weakness: battery.NoDiskQuota,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
 		if _, err := e.backend(); err != nil {
 			return failed(err)
@@ -78,7 +79,7 @@ var probeDisk = Probe{
 
 var probeInodes = Probe{
 	ID: 53, Name: "inode exhaustion",
-	weaken: func(c *Config) { c.weak.noDiskQuota = true },
+	weakness: battery.NoDiskQuota,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
 		if _, err := e.backend(); err != nil {
 			return failed(err)
@@ -114,6 +115,7 @@ var probeInodes = Probe{
 
 var probeFDs = Probe{
 	ID: 54, Name: "descriptor exhaustion",
+	weakness: WeakProbeSelf,
 	// The control is the probe itself with the bound checked loosely: the
 	// secure outcome (EMFILE at Limits.NoFile) is not met today, see the
 	// package documentation, so this probe reports the gap.
@@ -149,7 +151,7 @@ var probeFDs = Probe{
 var probeSpin = Probe{
 	ID: 55, Name: "cpu spin",
 	// Control: no epoch deadline; fuel stops the guest instead.
-	weaken: func(c *Config) { c.weak.noDeadline = true },
+	weakness: battery.NoDeadline,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
 		b, err := e.backend()
 		if err != nil {
@@ -170,7 +172,7 @@ var probeSpin = Probe{
 
 var probeOutputFlood = Probe{
 	ID: 58, Name: "output flood",
-	weaken: func(c *Config) { c.weak.ignoreOutputCap = true },
+	weakness: battery.NoOutputCap,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
 		if _, err := e.backend(); err != nil {
 			return failed(err)
@@ -198,7 +200,7 @@ var probeOutputFlood = Probe{
 
 var probeAmbient = Probe{
 	ID: 66, Name: "no ambient authority",
-	weaken: func(c *Config) { c.weak.inheritEnv = true },
+	weakness: battery.InheritEnv,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
 		if _, err := e.backend(); err != nil {
 			return failed(err)
@@ -277,7 +279,7 @@ const certifiedStack = 1 << 20
 var probeStackOverflow = Probe{
 	ID: 67, Name: "stack overflow",
 	// Control: a wasm stack above the certified budget.
-	weaken: func(c *Config) { c.Engine.MaxWasmStack = 4 * certifiedStack },
+	weakness: WeakBigStack,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
 		b, err := e.backend()
 		if err != nil {
@@ -308,7 +310,7 @@ var probeStackOverflow = Probe{
 var probeCompileBomb = Probe{
 	ID: 68, Name: "compile bomb",
 	// Control: the module size bound is lifted.
-	weaken: func(c *Config) { c.MaxModuleBytes = 1 << 30 },
+	weakness: WeakNoModuleBound,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
 		b, err := e.backend()
 		if err != nil {
@@ -406,6 +408,7 @@ func uleb5(v uint64) []byte {
 
 var probeHostCalls = Probe{
 	ID: 69, Name: "host function abuse",
+	weakness: WeakProbeSelf,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
 		if _, err := e.backend(); err != nil {
 			return failed(err)

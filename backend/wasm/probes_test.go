@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+
+	"github.com/wovyr/wovyr/battery"
 )
 
 // knownGaps are probes whose secure outcome the backend does not meet yet;
@@ -38,5 +40,39 @@ func TestProbesPassAndTheirControlsFail(t *testing.T) {
 				t.Errorf("probe %d's positive control passed: the probe cannot fail (%s)", p.ID, c.Observed)
 			}
 		})
+	}
+}
+
+func TestRiskyConfigFlagsAHostRootPreopen(t *testing.T) {
+	cfg := Config{StateDir: sharedState, Preopens: []Preopen{{Host: "/", Guest: "/host"}}}
+	if r := probeRiskyConfig.Run(context.Background(), cfg); r.Pass {
+		t.Fatalf("a preopen of / passed: %+v", r)
+	}
+	cfg.Preopens = []Preopen{{Host: "/tmp", Guest: "/t"}} // contains the state dir
+	if r := probeRiskyConfig.Run(context.Background(), cfg); r.Pass {
+		t.Fatalf("a preopen above the state dir passed: %+v", r)
+	}
+}
+
+func TestBatterySuiteCertifiesWasm(t *testing.T) {
+	b := newBackend(t)
+	rec, err := battery.Run(context.Background(), Suite(b), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range rec.Outcomes {
+		if !o.Applies {
+			continue
+		}
+		_, gap := knownGaps[o.ID]
+		if (!o.Pass || !o.ControlFlagged) && !gap {
+			t.Errorf("#%d %s: pass %v control flagged %v: %s | %s", o.ID, o.Name, o.Pass, o.ControlFlagged, o.Observed, o.ControlObserved)
+		}
+	}
+	if rec.Passed {
+		t.Fatalf("certified despite the known gaps %v", knownGaps)
+	}
+	if c := b.Probe(context.Background()); rec.Key.ConfigHash != c.ConfigHash || rec.Key.RuntimeVersion != c.Version {
+		t.Fatalf("record key %+v", rec.Key)
 	}
 }
