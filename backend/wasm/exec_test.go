@@ -2,6 +2,7 @@ package wasm
 
 import (
 	"bytes"
+	"debug/elf"
 	"encoding/json"
 	"errors"
 	"os"
@@ -86,5 +87,41 @@ func TestExecWorkDirIsReadWrite(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(work, "out.txt")); string(b) != "done" {
 		t.Fatalf("out.txt %q", b)
+	}
+}
+
+// TestRunnerLinksStatically builds wasm-exec as a static binary (the form the
+// container, gVisor and microVM backends copy into their root filesystems)
+// and runs a module with it inside an empty chroot.
+func TestRunnerLinksStatically(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test needs root (chroot)")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "root", "wasm-exec")
+	os.MkdirAll(filepath.Join(dir, "root", "state"), 0o700)
+	os.MkdirAll(filepath.Join(dir, "root", "work"), 0o700)
+	build := exec.Command("go", "build", "-o", bin, "-ldflags", "-linkmode external -extldflags -static", "./testdata/runner")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("static build: %v\n%s", err, out)
+	}
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+			t.Fatalf("not static: program header %v", p.Type)
+		}
+	}
+	f.Close()
+	os.WriteFile(filepath.Join(dir, "root", "g.wasm"), guest(t, "goguest"), 0o644)
+	cmd := exec.Command("chroot", filepath.Join(dir, "root"), "/wasm-exec", "-state", "/state", "-work", "/work", "/g.wasm", "--", "write", "/work/out", "static")
+	cmd.Env = []string{}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("run in an empty chroot: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "root", "work", "out")); string(b) != "static" {
+		t.Fatalf("out %q", b)
 	}
 }
