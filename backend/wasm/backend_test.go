@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"sync"
 	"os"
 	"path/filepath"
 	"slices"
@@ -345,5 +347,65 @@ func TestReconcileRemovesLeftovers(t *testing.T) {
 	}
 	if _, err := os.Stat(keep); err != nil {
 		t.Fatal("reconcile removed something it does not own")
+	}
+}
+
+// TestConcurrentInvocationsKeepTheirOwnOutput releases many goroutines at
+// once; each must get exactly its own argv back on its own stdout.
+func TestConcurrentInvocationsKeepTheirOwnOutput(t *testing.T) {
+	b := newBackend(t)
+	mod := guest(t, "c/hello")
+	start := make(chan struct{})
+	errs := make(chan error, 64)
+	var wg sync.WaitGroup
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := 0; i < 20; i++ {
+				want := fmt.Sprintf("hello tenant-%d run-%d", g, i)
+				sb, _ := b.Prepare(context.Background(), sandbox.Template{Kind: sandbox.KindWasm})
+				res, err := sb.Run(context.Background(), inv(mod, strings.Fields(want)...))
+				sb.Destroy(context.Background())
+				if err != nil || string(res.Stdout) != want+"\n" {
+					errs <- fmt.Errorf("goroutine %d run %d: %v %q", g, i, err, res.Stdout)
+					return
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func TestPoolExhaustionIsBackendFailure(t *testing.T) {
+	b := newBackend(t, func(c *Config) { c.Engine.PoolSlots = 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan *sandbox.Result)
+	go func() {
+		sb, _ := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindWasm})
+		res, _ := sb.Run(ctx, inv(guest(t, "wat/spin"), "spin"))
+		done <- res
+	}()
+	for { // wait until the spinner holds the only slot
+		sb, _ := b.Prepare(context.Background(), sandbox.Template{Kind: sandbox.KindWasm})
+		_, err := sb.Run(context.Background(), inv(guest(t, "wat/tiny"), "t"))
+		if err != nil {
+			if !errors.Is(err, sandbox.BackendFailure) {
+				t.Fatalf("err %v", err)
+			}
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if res := <-done; res.Class != sandbox.Killed {
+		t.Fatalf("spinner: %+v", res)
 	}
 }

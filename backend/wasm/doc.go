@@ -7,10 +7,12 @@
 // offers preview1 only and no socket is ever preopened, so egress is
 // deny-all by construction), and only the directories granted:
 //
-//   - /work, read-write: the invocation's own workspace (a fresh directory
-//     under the state dir). Workload.Files are written there before the run
-//     and Workload.Collect is read back after it, never following symlinks.
-//     It is preopened only when the invocation has files in or out.
+//   - /work, read-write: the invocation's own workspace, a fresh tmpfs
+//     (source "wovyr-wasm") under StateDir/wasm/work sized to Limits.Disk
+//     with an inode bound, so filling it gives the guest ENOSPC. Files are
+//     written there before the run; Collect is read back after the guest has
+//     ended, confined to the workspace and never following a symlink. It is
+//     preopened only when the invocation has files in or out.
 //   - Config.Preopens, read-only: host directories the operator grants to
 //     every invocation (a dataset, a toolchain).
 //
@@ -23,11 +25,18 @@
 // the state dir, keyed by (module digest, engine config hash, Wasmtime
 // version) and verified by SHA-256 before it is loaded.
 //
-// What it does not do: Limits.Pids, NoFile and Disk have no meaning or no
-// enforcement point inside a WASI guest (there are no processes; Wasmtime's
-// WASI has no descriptor or byte quota); they are documented as unenforced
-// rather than faked. Non-empty egress allowlists are refused
-// (policy-unenforceable).
+// What it does not do: Limits.Pids has no meaning (a guest has no
+// processes). Limits.NoFile is not enforced: Wasmtime's WASI has no
+// descriptor limit and every file a guest opens is a host descriptor of this
+// process until the store is dropped; battery probe 54 reports this gap
+// rather than hiding it. Limits.CPU is applied as a deadline (a guest runs
+// on one thread). Non-empty egress allowlists are refused
+// (policy-unenforceable). Class oom is inferred, since the C API does not
+// report a refused memory.grow: a guest that fails (non-zero exit or trap)
+// with its memory within a Go heap arena (4 MiB) or an eighth of the limit.
+//
+// Suite adapts the W probes (probes*.go) to package battery; each probe has a
+// positive control through a named weakness (weak.go).
 //
 // ExecMain is the same code path as a process (wovyr wasm-exec), for running
 // wasm inside the container, gVisor and microVM backends.

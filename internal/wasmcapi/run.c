@@ -143,8 +143,9 @@ void wovyr_run_instance(wasm_engine_t *engine, const wasmtime_instance_pre_t *pr
   uint64_t fuel = r->fuel ? r->fuel : UINT64_MAX;
   wasmtime_error_t *e = wasmtime_context_set_fuel(ctx, fuel);
   if (e) { wasmtime_error_delete(e); }
+  // Armed even without a deadline, so that cancellation always works.
   wasmtime_store_epoch_deadline_callback(store, on_epoch, r, NULL);
-  wasmtime_context_set_epoch_deadline(ctx, r->wall_ns ? 1 : UINT64_MAX / 2);
+  wasmtime_context_set_epoch_deadline(ctx, 1);
 
   if (!setup_wasi(r, ctx)) {
     r->end = WOVYR_END_SETUP;

@@ -52,7 +52,7 @@ type Spec struct {
 	Fuel     uint64        // zero: unmetered
 	Memory   int64         // linear memory bytes per store; <= 0: unlimited (pool slot size)
 	Tables   int64         // table elements per store; <= 0: unlimited (pool limit)
-	Wall     time.Duration // zero: no deadline (only for controls and the runner)
+	Wall     time.Duration // zero: no deadline (positive controls only); cancellation still works
 	Output   int           // bytes kept per stream
 	// InheritStdio passes this process's stdin/stdout/stderr to the guest
 	// (the wasm-exec runner); Stdin and Output are then ignored.
