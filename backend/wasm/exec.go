@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/wovyr/wovyr/internal/wasmcapi"
@@ -43,17 +42,17 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	fs.SetOutput(stderr)
 	var (
 		fuel    = fs.Uint64("fuel", 0, "fuel budget (0: unmetered)")
-		memory  = fs.String("memory", "256M", "linear memory limit (bytes, or with K/M/G)")
+		memory  = fs.Int64("memory-mib", sandbox.DefaultMemory>>20, "linear memory limit in MiB")
 		wall    = fs.Duration("wall", sandbox.DefaultWall, "wall-clock deadline")
 		argv0   = fs.String("argv0", "", "argv[0] as the guest sees it (default: the module's file name)")
 		work    = fs.String("work", "", "host directory preopened read-write at /work (default: none)")
 		state   = fs.String("state", "", "state dir for the compiled-module cache (default: a temporary one)")
 		report  = fs.String("report", "", "write the JSON result (class, exit code, usage) to this file")
-		envs    multiFlag
-		readDir multiFlag
+		envs    []string
+		readDir []string
 	)
-	fs.Var(&envs, "env", "KEY=VALUE in the guest's environment (repeatable; nothing is inherited)")
-	fs.Var(&readDir, "ro", "HOST:GUEST directory granted read-only (repeatable)")
+	fs.Func("env", "KEY=VALUE in the guest's environment (repeatable; nothing is inherited)", func(s string) error { envs = append(envs, s); return nil })
+	fs.Func("ro", "HOST:GUEST directory granted read-only (repeatable)", func(s string) error { readDir = append(readDir, s); return nil })
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: wovyr wasm-exec [flags] MODULE.wasm [-- ARGS...]")
 		fs.PrintDefaults()
@@ -77,10 +76,10 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if err != nil {
 		return fail(err)
 	}
-	mem, err := parseBytes(*memory)
-	if err != nil {
-		return fail(fmt.Errorf("-memory: %w", err))
+	if *memory < 1 || *memory > 4096 {
+		return fail(fmt.Errorf("-memory-mib %d outside [1, 4096]", *memory))
 	}
+	mem := *memory << 20
 	cfg := Config{StateDir: *state, Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	if cfg.StateDir == "" {
 		d, err := os.MkdirTemp("", "wovyr-wasm-exec-")
@@ -164,27 +163,4 @@ func exitCode(res *sandbox.Result) int {
 		return ExitTrap
 	}
 	return ExitCannotRun
-}
-
-type multiFlag []string
-
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
-func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
-
-// parseBytes parses "1048576", "64K", "256M" or "1G".
-func parseBytes(s string) (int64, error) {
-	mult := int64(1)
-	switch {
-	case strings.HasSuffix(s, "K"):
-		mult, s = 1<<10, strings.TrimSuffix(s, "K")
-	case strings.HasSuffix(s, "M"):
-		mult, s = 1<<20, strings.TrimSuffix(s, "M")
-	case strings.HasSuffix(s, "G"):
-		mult, s = 1<<30, strings.TrimSuffix(s, "G")
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("bad size %q", s)
-	}
-	return n * mult, nil
 }

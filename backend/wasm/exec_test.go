@@ -69,7 +69,7 @@ func TestExecLimitsAndReport(t *testing.T) {
 	if _, _, code := wasmExec(t, "", "-fuel", "10000", spin); code != ExitOutOfFuel {
 		t.Fatalf("fuel exit %d", code)
 	}
-	if _, _, code := wasmExec(t, "", "-memory", "16M", writeGuest(t, "c/hog")); code != 12 {
+	if _, _, code := wasmExec(t, "", "-memory-mib", "16", writeGuest(t, "c/hog")); code != 12 {
 		t.Fatalf("hog exit %d, want its own 12", code)
 	}
 	bad := filepath.Join(t.TempDir(), "bad.wasm")

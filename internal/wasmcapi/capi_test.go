@@ -61,34 +61,43 @@ const tinyWasm = "\x00asm\x01\x00\x00\x00" + // header
 	"\x07\x0a\x01\x06_start\x00\x00" + // export "_start" = func 0
 	"\x0a\x04\x01\x02\x00\x0b" // code: empty body
 
-func TestEngineRunsATinyModuleFromThePool(t *testing.T) {
-	e, err := NewEngine(EngineConfig{PoolSlots: 4})
+// prelinked compiles wasm on a fresh engine and links it; both are closed
+// at the end of the test.
+func prelinked(t *testing.T, wasm string, cfg EngineConfig, roundTrip bool) (*Engine, *InstancePre) {
+	t.Helper()
+	e, err := NewEngine(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close()
-	if err := e.Validate([]byte("\x00asmjunk")); err == nil {
-		t.Fatal("junk validated")
-	}
-	m, err := e.Compile([]byte(tinyWasm))
+	t.Cleanup(e.Close)
+	m, err := e.Compile([]byte(wasm))
 	if err != nil {
 		t.Fatal(err)
 	}
-	art, err := m.Serialize()
-	m.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err = e.Deserialize(art)
-	if err != nil {
-		t.Fatal(err)
+	if roundTrip { // through Serialize and Deserialize
+		art, err := m.Serialize()
+		m.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err = e.Deserialize(art); err != nil {
+			t.Fatal(err)
+		}
 	}
 	p, err := e.Prelink(m)
 	m.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(p.Close) // runs before e.Close
+	return e, p
+}
+
+func TestEngineRunsATinyModuleFromThePool(t *testing.T) {
+	e, p := prelinked(t, tinyWasm, EngineConfig{PoolSlots: 4}, true)
+	if err := e.Validate([]byte("\x00asmjunk")); err == nil {
+		t.Fatal("junk validated")
+	}
 	for i := 0; i < 10; i++ { // more runs than pool slots: slots are returned
 		o := p.Run(context.Background(), &Spec{Argv: []string{"t"}, Wall: time.Second})
 		if o.End != EndExit || o.ExitCode != 0 || o.Message != "" {
@@ -98,23 +107,9 @@ func TestEngineRunsATinyModuleFromThePool(t *testing.T) {
 }
 
 func TestDeadlineNeedsTheTicker(t *testing.T) {
-	e, err := NewEngine(EngineConfig{PoolSlots: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
 	spin := "\x00asm\x01\x00\x00\x00\x01\x04\x01\x60\x00\x00\x03\x02\x01\x00\x07\x0a\x01\x06_start\x00\x00" +
 		"\x0a\x09\x01\x07\x00\x03\x40\x0c\x00\x0b\x0b" // loop br 0 end end
-	m, err := e.Compile([]byte(spin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := e.Prelink(m)
-	m.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	e, p := prelinked(t, spin, EngineConfig{PoolSlots: 2}, false)
 	stop := make(chan struct{})
 	go func() {
 		for {
