@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/wovyr/wovyr/internal/wasmcapi"
@@ -27,6 +28,8 @@ type Backend struct {
 	work   string // parent of the per-invocation workspaces
 
 	stopTick chan struct{}
+	wake     chan struct{} // the first running invocation wakes an idle ticker
+	running  atomic.Int64  // invocations executing wasm now
 	ticked   sync.WaitGroup
 	closed   sync.Once
 	kids     children // weakened copies (battery controls)
@@ -56,6 +59,7 @@ func New(cfg Config) (*Backend, error) {
 		engine:   e,
 		work:     work,
 		stopTick: make(chan struct{}),
+		wake:     make(chan struct{}, 1),
 	}
 	b.cache = newCache(e, filepath.Join(root, "cache"), cfg.Modules, cfg.Logger)
 	b.ticked.Add(1)
@@ -65,12 +69,21 @@ func New(cfg Config) (*Backend, error) {
 
 // tick advances the engine's epoch every EpochTick. Each running store checks
 // its own deadline on the tick (run.c), so one ticker serves every
-// invocation.
+// invocation. While nothing runs it sleeps until begin wakes it.
 func (b *Backend) tick() {
 	defer b.ticked.Done()
 	t := time.NewTicker(b.cfg.EpochTick)
 	defer t.Stop()
 	for {
+		if b.running.Load() == 0 {
+			t.Stop()
+			select {
+			case <-b.wake:
+				t.Reset(b.cfg.EpochTick)
+			case <-b.stopTick:
+				return
+			}
+		}
 		select {
 		case <-t.C:
 			b.engine.IncrementEpoch()
@@ -79,6 +92,18 @@ func (b *Backend) tick() {
 		}
 	}
 }
+
+// begin and end bracket wasm execution, so the ticker runs only when needed.
+func (b *Backend) begin() {
+	if b.running.Add(1) == 1 {
+		select {
+		case b.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (b *Backend) end() { b.running.Add(-1) }
 
 // Close stops the ticker and frees the cache and the engine. Sandboxes must
 // not run after Close. It is idempotent.
@@ -122,7 +147,7 @@ func (b *Backend) Probe(ctx context.Context) sandbox.Capability {
 		Version:    "wasmtime " + wasmcapi.Version,
 		ConfigHash: b.cfg.hash(),
 		Egress:     false,
-		Features:   []string{"wasi-preview1", "fuel", "epoch-deadline", "memory-limit", "pooling-allocator", "cow-images", "module-cache", "no-sockets"},
+		Features:   []string{"wasi-preview1", "fuel", "epoch-deadline", "memory-limit", "pooling-allocator", "cow-images", "module-cache", "disk-quota", "no-sockets"},
 	}
 	mod, err := wat2wasm(probeWAT)
 	if err == nil {

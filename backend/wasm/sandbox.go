@@ -129,7 +129,9 @@ func (b *Backend) run(ctx context.Context, inv *sandbox.Invocation, o runOpts) (
 
 	res := &sandbox.Result{ID: inv.ID, Backend: Name}
 	res.Timings.Started = time.Now()
+	b.begin()
 	out := e.pre.Run(ctx, spec)
+	b.end()
 	res.Timings.Finished = time.Now()
 	if err := b.classify(out, spec, res); err != nil {
 		return nil, err
