@@ -33,6 +33,9 @@ type Backend struct {
 	ticked   sync.WaitGroup
 	closed   sync.Once
 	kids     children // weakened copies (battery controls)
+
+	life   sync.RWMutex // held shared by every run, exclusively by Close
+	isDown bool         // under life: Close has begun
 }
 
 // New makes the engine (with its instance pool), opens the compiled-module
@@ -105,10 +108,14 @@ func (b *Backend) begin() {
 
 func (b *Backend) end() { b.running.Add(-1) }
 
-// Close stops the ticker and frees the cache and the engine. Sandboxes must
-// not run after Close. It is idempotent.
+// Close waits for running invocations (cancel their contexts to hurry them),
+// then stops the ticker and frees the cache and the engine. Runs after Close
+// fail with backend-failure. It is idempotent.
 func (b *Backend) Close() error {
 	b.closed.Do(func() {
+		b.life.Lock()
+		b.isDown = true
+		b.life.Unlock()
 		b.kids.mu.Lock()
 		for _, k := range b.kids.list {
 			k.Close()

@@ -208,7 +208,7 @@ func TestFilesInAndCollectOut(t *testing.T) {
 	in.Workload.Collect = []string{"out/result.txt", "out/input.txt", "missing.txt"}
 	res := run(t, b, in)
 	if res.ExitCode != 0 || len(res.Files) != 2 || string(res.Files[0].Data) != "computed" || string(res.Files[1].Data) != "in" {
-		t.Fatalf("exit %d stdout %q files %+v", res.ExitCode, res.Stdout, res.Files)
+		t.Fatalf("exit %d stdout %q files %+v: %s", res.ExitCode, res.Stdout, res.Files, res.Error)
 	}
 	left, _ := filepath.Glob(filepath.Join(b.work, "wovyr-wasm-*"))
 	if len(left) != 0 {
@@ -407,5 +407,31 @@ func TestPoolExhaustionIsBackendFailure(t *testing.T) {
 	cancel()
 	if res := <-done; res.Class != sandbox.Killed {
 		t.Fatalf("spinner: %+v", res)
+	}
+}
+
+func TestCloseWaitsForRunningInvocations(t *testing.T) {
+	b, err := New(Config{StateDir: sharedState})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := inv(guest(t, "wat/spin"), "spin")
+	in.Limits.Wall = 300 * time.Millisecond
+	done := make(chan *sandbox.Result)
+	go func() {
+		sb, _ := b.Prepare(context.Background(), sandbox.Template{Kind: sandbox.KindWasm})
+		res, _ := sb.Run(context.Background(), in)
+		done <- res
+	}()
+	for b.running.Load() == 0 { // until the guest is executing
+		time.Sleep(time.Millisecond)
+	}
+	b.Close() // must not free the engine under the running guest
+	if res := <-done; res == nil || res.Class != sandbox.Timeout {
+		t.Fatalf("running invocation: %+v", res)
+	}
+	sb, _ := b.Prepare(context.Background(), sandbox.Template{Kind: sandbox.KindWasm})
+	if _, err := sb.Run(context.Background(), inv(guest(t, "wat/tiny"), "t")); !errors.Is(err, sandbox.BackendFailure) {
+		t.Fatalf("run after close: %v", err)
 	}
 }

@@ -71,6 +71,11 @@ func (b *Backend) run(ctx context.Context, inv *sandbox.Invocation, o runOpts) (
 	if err := ctx.Err(); err != nil {
 		return nil, sandbox.Wrap(sandbox.Killed, err, "wasm: cancelled before start")
 	}
+	b.life.RLock()
+	defer b.life.RUnlock()
+	if b.isDown {
+		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "wasm backend is closed")
+	}
 	lim := inv.Limits.WithDefaults()
 	e, err := b.cache.acquire(w.Module)
 	if err != nil {
