@@ -221,3 +221,20 @@ func TestDuplicateBackendRefused(t *testing.T) {
 		t.Fatal("duplicate accepted")
 	}
 }
+
+func BenchmarkSelect(b *testing.B) {
+	var backends []sandbox.Backend
+	certs := certMap{}
+	for _, s := range sandbox.Strengths {
+		backends = append(backends, &fakeBackend{name: s.String(), strength: s, kinds: []sandbox.WorkloadKind{sandbox.KindCommand}, available: true})
+		certs[s.String()] = passed(s.String())
+	}
+	m, _ := New(Config{Backends: backends, Certs: certs, Kernel: "k", Logger: slog.New(slog.DiscardHandler)})
+	p := sandbox.Policy{Trust: sandbox.Untrusted}
+	ctx := context.Background()
+	for b.Loop() {
+		if _, err := m.Select(ctx, p, sandbox.KindCommand); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

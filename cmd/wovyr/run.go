@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -45,11 +44,8 @@ func runMain(ctx context.Context, g *globals, args []string) int {
 		fs.PrintDefaults()
 		fmt.Fprintf(fs.Output(), "\n%s", exitCodesHelp)
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	inv, err := c.invocation(fs.Args())
 	if err != nil {
@@ -158,9 +154,7 @@ func (c *runCmd) execute(ctx context.Context, n *node, inv *sandbox.Invocation) 
 // report prints the result and returns wovyr's exit code.
 func (c *runCmd) report(res *sandbox.Result) int {
 	if c.jsonOut {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(res)
+		printJSON(res)
 	} else {
 		os.Stdout.Write(res.Stdout)
 		os.Stderr.Write(res.Stderr)
