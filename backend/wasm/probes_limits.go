@@ -164,7 +164,9 @@ var probeSpin = Probe{
 			return failed(err)
 		}
 		over := res.Usage.Wall - wall
-		ok := res.Class == sandbox.Timeout && over >= 0 && over < 100*time.Millisecond
+		// The bound is loose for loaded machines; BenchmarkDeadlineOvershoot
+		// measures the real overshoot (about half a tick).
+		ok := res.Class == sandbox.Timeout && over >= 0 && over < time.Second
 		return fmt.Sprintf("(loop br 0) with no imports, wall %s, epoch tick %s", wall, b.cfg.EpochTick),
 			fmt.Sprintf("class %q after %s (%s past the deadline)", res.Class, res.Usage.Wall, over), ok
 	},
