@@ -260,7 +260,12 @@ func TestFreshInstancePerInvocation(t *testing.T) {
 func TestCancelStopsTheGuest(t *testing.T) {
 	b := newBackend(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(100*time.Millisecond, cancel)
+	go func() { // cancel once the guest is executing
+		for b.running.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
 	sb, _ := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindWasm})
 	res, err := sb.Run(ctx, inv(guest(t, "wat/spin"), "spin"))
 	if err != nil || res.Class != sandbox.Killed {
