@@ -16,15 +16,19 @@ import (
 	"github.com/wovyr/wovyr/sandbox"
 )
 
-// Exit codes of the wasm-exec runner when the guest did not exit by itself.
-// A guest that exits (even under class oom) passes its own code through.
+// Exit codes of the wasm-exec runner when the guest did not exit by itself;
+// they are wovyr's own CLI codes. A guest that exits (even under class oom)
+// passes its own code through, so the -report file is what disambiguates.
 const (
-	ExitTimeout   = 124 // the wall deadline passed
-	ExitOutOfFuel = 125 // the fuel ran out
-	ExitCannotRun = 126 // bad flags, unreadable or invalid module, runner failure
-	ExitKilled    = 130 // cancelled (SIGINT/SIGTERM to the runner)
-	ExitTrap      = 134 // the guest trapped (like abort)
-	ExitOOM       = 137 // the guest trapped at its memory limit
+	ExitUsage          = 2   // bad flags
+	ExitBadInput       = 120 // unreadable or invalid module, bad limits
+	ExitUnenforceable  = 122 // a policy the backend cannot enforce
+	ExitOOM            = 123 // the guest trapped at its memory limit
+	ExitTimeout        = 124 // the wall deadline passed
+	ExitBackendFailure = 125 // the runner or Wasmtime failed
+	ExitOutOfFuel      = 126 // the fuel ran out
+	ExitKilled         = 127 // cancelled (SIGINT/SIGTERM to the runner)
+	ExitTrap           = 134 // the guest trapped (128+SIGABRT)
 )
 
 const execHelperEnv = "WOVYR_WASM_EXEC_TEST_HELPER"
@@ -58,15 +62,18 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return ExitCannotRun
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return ExitUsage
 	}
 	if fs.NArg() < 1 {
 		fs.Usage()
-		return ExitCannotRun
+		return ExitUsage
 	}
 	fail := func(err error) int {
 		fmt.Fprintln(stderr, "wasm-exec:", err)
-		return ExitCannotRun
+		return exitCode(&sandbox.Result{Class: sandbox.ClassOf(err)})
 	}
 	if stdin != os.Stdin || stdout != os.Stdout || stderr != os.Stderr {
 		return fail(errors.New("stdio must be the process's own (the guest inherits file descriptors 0-2)"))
@@ -74,10 +81,11 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	modPath := fs.Arg(0)
 	module, err := os.ReadFile(modPath)
 	if err != nil {
-		return fail(err)
+		return fail(sandbox.Wrap(sandbox.BadInput, err, "module"))
 	}
 	if *memory < 1 || *memory > 4096 {
-		return fail(fmt.Errorf("-memory-mib %d outside [1, 4096]", *memory))
+		fmt.Fprintf(stderr, "wasm-exec: -memory-mib %d outside [1, 4096]\n", *memory)
+		return ExitUsage
 	}
 	mem := *memory << 20
 	cfg := Config{StateDir: *state, Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
@@ -95,7 +103,8 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	for _, d := range readDir {
 		host, guest, ok := strings.Cut(d, ":")
 		if !ok {
-			return fail(fmt.Errorf("-ro %q: want HOST:GUEST", d))
+			fmt.Fprintf(stderr, "wasm-exec: -ro %q: want HOST:GUEST\n", d)
+			return ExitUsage
 		}
 		cfg.Preopens = append(cfg.Preopens, Preopen{Host: host, Guest: guest})
 	}
@@ -131,7 +140,7 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	res, err := b.run(ctx, in, opts)
 	if err != nil {
-		res = &sandbox.Result{Class: sandbox.ClassOf(err), Error: err.Error(), ExitCode: ExitCannotRun}
+		res = &sandbox.Result{Class: sandbox.ClassOf(err), Error: err.Error(), ExitCode: -1}
 		fmt.Fprintln(stderr, "wasm-exec:", err)
 	}
 	code := exitCode(res)
@@ -161,6 +170,10 @@ func exitCode(res *sandbox.Result) int {
 		return ExitOOM
 	case res.Class == sandbox.OK: // a trap
 		return ExitTrap
+	case res.Class == sandbox.BadInput:
+		return ExitBadInput
+	case res.Class == sandbox.Unenforceable:
+		return ExitUnenforceable
 	}
-	return ExitCannotRun
+	return ExitBackendFailure
 }

@@ -74,7 +74,7 @@ func TestExecLimitsAndReport(t *testing.T) {
 	}
 	bad := filepath.Join(t.TempDir(), "bad.wasm")
 	os.WriteFile(bad, []byte("not wasm"), 0o644)
-	if _, errOut, code := wasmExec(t, "", bad); code != ExitCannotRun || !bytes.Contains([]byte(errOut), []byte("invalid wasm module")) {
+	if _, errOut, code := wasmExec(t, "", bad); code != ExitBadInput || !bytes.Contains([]byte(errOut), []byte("invalid wasm module")) {
 		t.Fatalf("invalid module: exit %d %q", code, errOut)
 	}
 }
