@@ -65,7 +65,7 @@ func newCache(e *wasmcapi.Engine, dir string, max int, log *slog.Logger) *cache 
 
 // key is the artifact key for a module digest on this engine.
 func (c *cache) key(moduleDigest string) string {
-	return digest([]byte(moduleDigest + "|" + c.engine.Config().Hash() + "|wasmtime-" + wasmcapi.Version))
+	return digest([]byte(moduleDigest + "|" + c.engine.Config().CodeHash() + "|wasmtime-" + wasmcapi.Version))
 }
 
 // acquire returns the linked module for wasm, compiling or loading it if

@@ -91,12 +91,19 @@ func TestCorruptArtifactIsRecompiledNotTrusted(t *testing.T) {
 	}
 }
 
-func TestCacheKeyCoversEngineConfig(t *testing.T) {
+func TestCacheKeyCoversCodeShapingConfig(t *testing.T) {
 	dir := t.TempDir()
 	mod := guest(t, "c/hello")
 	b1 := newBackend(t, func(c *Config) { c.StateDir = dir })
-	b2 := newBackend(t, func(c *Config) { c.StateDir = dir; c.Engine.MaxWasmStack = 256 << 10 })
+	b2 := newBackend(t, func(c *Config) { c.StateDir = dir; c.Engine.MaxMemory = 1 << 30 })
 	if artifactPath(b1, mod) == artifactPath(b2, mod) {
-		t.Fatal("engines with different configs share a cache key")
+		t.Fatal("engines with different memory layouts share a cache key")
+	}
+	// The runner's small pool compiles the same code: it reuses artifacts.
+	runOK(t, b1, mod)
+	b3 := newBackend(t, func(c *Config) { c.StateDir = dir; c.Engine.PoolSlots = 2 })
+	runOK(t, b3, mod)
+	if got := counts(b3); got != [3]int64{0, 1, 0} {
+		t.Fatalf("small-pool engine compiled/loaded/discarded = %v, want a load", got)
 	}
 }

@@ -22,8 +22,8 @@
 // memory.grow fail; class oom when it dies of it), and the output cap. A
 // fresh instance per invocation comes from the pooling allocator, made from
 // an InstancePre kept per module digest; compiled code is cached on disk in
-// the state dir, keyed by (module digest, engine config hash, Wasmtime
-// version) and verified by SHA-256 before it is loaded.
+// the state dir, keyed by (module digest, engine code-shaping config hash,
+// Wasmtime version) and verified by SHA-256 before it is loaded.
 //
 // What it does not do: Limits.Pids has no meaning (a guest has no
 // processes). Limits.NoFile is not enforced: Wasmtime's WASI has no

@@ -60,6 +60,18 @@ func (c EngineConfig) withDefaults() EngineConfig {
 	return c
 }
 
+// CodeHash digests what shapes compiled code (the Wasmtime version, fuel and
+// epoch instrumentation, the memory layout): the compiled-module cache key.
+// Pool size and runtime limits are left out, so engines that differ only in
+// those (the daemon and the wasm-exec runner) share artifacts; Wasmtime
+// still checks an artifact's engine settings when it is loaded.
+func (c EngineConfig) CodeHash() string {
+	c = c.withDefaults()
+	s := fmt.Sprintf("wasmtime=%s fuel=1 epoch=1 threads=0 maxmem=%d nopool=%t", Version, c.MaxMemory, c.NoPooling)
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:16])
+}
+
 // Hash digests every setting that affects compiled code or isolation, plus the
 // Wasmtime version. Fuel and epoch interruption are always on.
 func (c EngineConfig) Hash() string {
