@@ -3,6 +3,7 @@ module github.com/wovyr/wovyr
 go 1.26.0
 
 require (
+	github.com/bytecodealliance/wasmtime-go/v39 v39.0.1
 	github.com/google/nftables v0.3.0
 	github.com/miekg/dns v1.1.73
 	github.com/vishvananda/netlink v1.3.1
