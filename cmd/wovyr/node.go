@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wovyr/wovyr/backend/native"
+	"github.com/wovyr/wovyr/backend/wasm"
 	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/manager"
 	"github.com/wovyr/wovyr/sandbox"
@@ -21,6 +22,7 @@ type node struct {
 	g        *globals
 	log      *slog.Logger
 	native   *native.Backend
+	wasm     *wasm.Backend
 	backends []sandbox.Backend
 	mgr      *manager.Manager
 }
@@ -34,13 +36,21 @@ func openNode(g *globals) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.backends = []sandbox.Backend{n.native}
+	if n.wasm, err = wasm.New(wasm.Config{StateDir: g.stateDir, Logger: n.log}); err != nil {
+		return nil, err
+	}
+	n.backends = []sandbox.Backend{n.native, n.wasm}
 	certs, err := n.certs()
 	if err != nil {
 		return nil, err
 	}
 	n.mgr, err = manager.New(manager.Config{Backends: n.backends, Certs: certs, Logger: n.log})
 	return n, err
+}
+
+// Close releases the backends' resources (the wasm engine and its ticker).
+func (n *node) Close() error {
+	return n.wasm.Close()
 }
 
 // withStore opens the state store for the duration of fn.

@@ -20,6 +20,7 @@ type runCmd struct {
 	trust, backend, floor, tenant string
 	timeout                       time.Duration
 	memory                        string
+	wasmFile                      string
 	pids                          int
 	env                           multiFlag
 	files                         multiFlag
@@ -39,6 +40,7 @@ func runMain(ctx context.Context, g *globals, args []string) int {
 	fs.Var(&c.env, "env", "KEY=VALUE for the workload's environment (repeatable; nothing is inherited)")
 	fs.Var(&c.files, "file", "DEST=SRC: copy host file SRC into the workspace as DEST (repeatable)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the result as JSON")
+	fs.StringVar(&c.wasmFile, "wasm", "", "run this WASI module (ARGV is then its arguments, argv[0] included)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: wovyr run [flags] -- ARGV...\n\nStdin is passed through when it is a pipe or a file.\n\n")
 		fs.PrintDefaults()
@@ -55,6 +57,7 @@ func runMain(ctx context.Context, g *globals, args []string) int {
 	if err != nil {
 		return c.fail(sandbox.Wrap(sandbox.BackendFailure, err, "start"))
 	}
+	defer n.Close()
 	res, err := c.execute(ctx, n, inv)
 	if err != nil {
 		return c.fail(err)
@@ -72,6 +75,16 @@ func (c *runCmd) invocation(argv []string) (*sandbox.Invocation, error) {
 	}
 	if inv.Workload.Env == nil {
 		inv.Workload.Env = []string{}
+	}
+	if c.wasmFile != "" {
+		mod, err := os.ReadFile(c.wasmFile)
+		if err != nil {
+			return nil, sandbox.Wrap(sandbox.BadInput, err, "wasm")
+		}
+		inv.Workload.Kind, inv.Workload.Module = sandbox.KindWasm, mod
+		if len(argv) == 0 {
+			inv.Workload.Argv = []string{c.wasmFile}
+		}
 	}
 	var err error
 	if inv.Policy.Trust, err = sandbox.ParseTrustClass(c.trust); err != nil {
