@@ -24,10 +24,13 @@
 //
 // A head that does not fit is skipped for that pick (the tenant's later
 // tasks wait behind it: the queue is FIFO). When it has been skipped more
-// than ReserveAfter (K) times — counted only in picks where some other task
-// started — it gets a reservation: from then on Next first tries the
-// reservations, oldest first, and everything else sees the free vector minus
-// the reserved demand (floored at zero per dimension). So a task is passed
+// than ReserveAfter (K) times — counted only in round-robin picks, where
+// some other task started — it gets a reservation: from then on Next first
+// tries the reservations, oldest first, and everything else sees the free
+// vector minus the reserved demand (floored at zero per dimension). A
+// reserved task starts out of turn but pays for the pick in credit like any
+// winner; without that, starts by reservation ignore weights (on a busy node
+// with mixed sizes they are most starts, and fairness fell to Jain 0.89). So a task is passed
 // over for lack of room at most K+1 times; after that no task starts that
 // takes any resource the reserved task still lacks, and it starts at the
 // first Next once the tasks holding those resources (running when it was

@@ -86,8 +86,9 @@ type ditem struct {
 	t   *tenant
 }
 
-// dimHeap is a max-heap of head demands in dimension dim, used to find the
-// heads that do not fit without looking at those that do.
+// dimHeap is a max-heap of head demands, used to find the heads that do not
+// fit without looking at those that do. The pool's dims[3..5] hold negated
+// demands, so the same code keeps the smallest head per dimension on top.
 type dimHeap struct {
 	dim   int
 	items []ditem

@@ -15,8 +15,11 @@ import (
 // used only for Start.Wait. The decision, in order:
 //
 //  1. Reservations, oldest first: the first whose tenant is under quota and
-//     whose head fits starts (no credit changes). One that does not fit
-//     sets its demand aside: the rest see free minus it (floored at zero).
+//     whose head fits starts out of turn, but pays like any pick: the
+//     tenants of step 2 whose head fits earn their weight and it pays
+//     their sum (no skips are counted). A reservation that
+//     does not fit sets its demand aside: the rest see free minus it
+//     (floored at zero).
 //  2. SWRR over the pool — tenants with a queued head, no reservation, under
 //     quota — among those whose head fits what is left: each earns its
 //     weight, the largest credit wins (ties: earliest AddTenant), and the
@@ -37,6 +40,7 @@ func (s *Scheduler) Next(free resource.Vector, now time.Time) (Start, bool) {
 		d := t.head.task.Demand
 		if d.Fits(eff) {
 			s.reservations = slices.Delete(s.reservations, i, i+1)
+			s.pool.charge(eff, t)
 			t.reserved = false
 			return s.start(t, now, true), true
 		}
@@ -88,6 +92,6 @@ func (s *Scheduler) start(t *tenant, now time.Time, reserved bool) Start {
 	t.st.Started++
 	t.st.WaitTotal += wait
 	t.st.WaitMax = max(t.st.WaitMax, wait)
-	s.refresh(t, true)
+	s.refresh(t, t.head != nil && t.head.task.Demand != d)
 	return Start{Task: e.task, Wait: wait, Reserved: reserved}
 }

@@ -163,13 +163,34 @@ func (o *oracle) Next(free resource.Vector, now time.Time) (Start, bool) {
 		}
 		d := t.queue[0].task.Demand
 		if d.Fits(eff) {
+			// A forced pick: the fitting tenants earn, t pays their sum.
 			o.reservations = slices.Delete(o.reservations, i, i+1)
+			o.split(eff) // a forced pick counts no skips
+			o.elig = append(o.elig, t)
+			o.charge(t)
 			t.reserved = false
 			return o.start(t, now, true), true
 		}
 		eff = clip(eff.Sub(d))
 	}
-	var blocked []*otenant
+	blocked := o.split(eff)
+	if len(o.elig) == 0 {
+		return Start{}, false
+	}
+	var best *otenant
+	for _, t := range o.elig {
+		if best == nil || t.credit+t.cfg.Weight > best.credit+best.cfg.Weight {
+			best = t
+		}
+	}
+	o.charge(best)
+	o.skip(blocked)
+	return o.start(best, now, false), true
+}
+
+// split sets o.elig to the pool tenants whose head fits eff and returns
+// those whose head does not, both in registration order.
+func (o *oracle) split(eff resource.Vector) (blocked []*otenant) {
 	o.elig = o.elig[:0]
 	for _, t := range o.tenants {
 		if len(t.queue) == 0 || t.reserved || t.running >= t.cfg.MaxRunning {
@@ -181,22 +202,24 @@ func (o *oracle) Next(free resource.Vector, now time.Time) (Start, bool) {
 			blocked = append(blocked, t)
 		}
 	}
-	if len(o.elig) == 0 {
-		return Start{}, false
-	}
+	return blocked
+}
+
+// charge is the SWRR step: every tenant in o.elig earns its weight, the
+// winner pays their sum.
+func (o *oracle) charge(winner *otenant) {
 	var sum int64
-	var best *otenant
 	for _, t := range o.elig {
 		t.credit += t.cfg.Weight
 		sum += t.cfg.Weight
-		if best == nil || t.credit > best.credit {
-			best = t
-		}
 	}
-	best.credit -= sum
+	winner.credit -= sum
 	if o.onPick != nil {
-		o.onPick(o.elig, best)
+		o.onPick(o.elig, winner)
 	}
+}
+
+func (o *oracle) skip(blocked []*otenant) {
 	for _, t := range blocked {
 		t.queue[0].skips++
 		if t.queue[0].skips > o.cfg.ReserveAfter {
@@ -204,7 +227,6 @@ func (o *oracle) Next(free resource.Vector, now time.Time) (Start, bool) {
 			o.reservations = append(o.reservations, t)
 		}
 	}
-	return o.start(best, now, false), true
 }
 
 func (o *oracle) start(t *otenant, now time.Time, reserved bool) Start {

@@ -31,7 +31,7 @@ type pool struct {
 	active   []*class         // classes with at least one tenant, any order
 	n        int              // tenants in the pool
 	wsum     int64            // their total weight
-	dims     [3]dimHeap
+	dims     [6]dimHeap       // 0..2: head demand per dimension; 3..5: its negation (min-heaps)
 
 	stamp    uint64    // marks the tenants found blocked in this pick
 	stack    []int     // scratch for dimHeap.above
@@ -50,8 +50,16 @@ func newPool() pool {
 	return pool{
 		rebaseAt: rebaseAt,
 		classes:  make(map[int64]*class),
-		dims:     [3]dimHeap{{dim: 0}, {dim: 1}, {dim: 2}},
+		dims:     [6]dimHeap{{dim: 0}, {dim: 1}, {dim: 2}, {dim: 3}, {dim: 4}, {dim: 5}},
 	}
+}
+
+// keyOf is tenant head demand d's key in dims[i].
+func keyOf(d resource.Vector, i int) int64 {
+	if i >= 3 {
+		return -dimOf(d, i-3)
+	}
+	return dimOf(d, i)
 }
 
 func dimOf(v resource.Vector, d int) int64 {
@@ -103,7 +111,7 @@ func (p *pool) add(t *tenant) {
 	p.attach(c, citem{base: t.credit - c.weight*p.t, seq: t.seq, t: t})
 	d := t.head.task.Demand
 	for i := range p.dims {
-		p.dims[i].push(dimOf(d, i), t)
+		p.dims[i].push(keyOf(d, i), t)
 	}
 	p.n++
 	p.wsum += c.weight
@@ -127,7 +135,7 @@ func (p *pool) remove(t *tenant) {
 func (p *pool) headChanged(t *tenant) {
 	d := t.head.task.Demand
 	for i := range p.dims {
-		p.dims[i].setKey(t, dimOf(d, i))
+		p.dims[i].setKey(t, keyOf(d, i))
 	}
 }
 
@@ -139,6 +147,17 @@ func (p *pool) credit(t *tenant) int64 {
 	return t.cls.h[t.clsPos].base + t.cls.weight*p.t
 }
 
+// noneFits reports, in O(1), that some dimension's smallest head demand
+// exceeds eff, so no head fits. (False does not promise that one fits.)
+func (p *pool) noneFits(eff resource.Vector) bool {
+	for i := range 3 {
+		if h := &p.dims[3+i]; len(h.items) > 0 && -h.top() > dimOf(eff, i) {
+			return true
+		}
+	}
+	return p.n == 0
+}
+
 // findBlocked collects into p.blocked the pool tenants whose head does not
 // fit eff.
 func (p *pool) findBlocked(eff resource.Vector) {
@@ -147,7 +166,7 @@ func (p *pool) findBlocked(eff resource.Vector) {
 		return
 	}
 	p.stamp++
-	for i := range p.dims {
+	for i := range 3 {
 		p.stack = p.dims[i].above(dimOf(eff, i), p.stack, func(t *tenant) {
 			if t.mark != p.stamp {
 				t.mark = p.stamp
@@ -164,6 +183,10 @@ func (p *pool) findBlocked(eff resource.Vector) {
 func (p *pool) pick(eff resource.Vector) *tenant {
 	if p.t >= p.rebaseAt {
 		p.rebase()
+	}
+	p.blocked = p.blocked[:0]
+	if p.noneFits(eff) {
+		return nil
 	}
 	p.findBlocked(eff)
 	if p.n == len(p.blocked) {
@@ -188,11 +211,45 @@ func (p *pool) pick(eff resource.Vector) *tenant {
 	winner := best.h[0].t
 	best.h[0].base -= we
 	best.h.down(0)
+	p.reattach()
+	return winner
+}
+
+// charge is the SWRR step of a forced pick: r, a reserved tenant outside
+// the pool, starts out of turn. The pool tenants whose head fits eff earn
+// their weight and r pays their sum (r's own weight it earns and pays at
+// once). No skips are counted for a forced pick.
+func (p *pool) charge(eff resource.Vector, r *tenant) {
+	if p.t >= p.rebaseAt {
+		p.rebase()
+	}
+	p.blocked = p.blocked[:0]
+	if p.noneFits(eff) {
+		return // nobody earns; r earns and pays its own weight
+	}
+	p.findBlocked(eff)
+	we := p.wsum
+	if p.n > len(p.blocked) {
+		p.detached = p.detached[:0]
+		for _, t := range p.blocked {
+			we -= t.cls.weight
+			p.detached = append(p.detached, p.detach(t))
+		}
+		p.t++
+		p.reattach()
+	} else {
+		we = 0
+	}
+	r.credit -= we
+}
+
+// reattach puts the lifted-out blocked tenants back; they did not earn in
+// this pick, so base −= w keeps their credit unchanged.
+func (p *pool) reattach() {
 	for _, it := range p.detached {
-		it.base -= it.t.cls.weight // it did not earn: credit unchanged
+		it.base -= it.t.cls.weight
 		p.attach(it.t.cls, it)
 	}
-	return winner
 }
 
 // rebase folds the virtual counter into every base; orders are unchanged.

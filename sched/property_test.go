@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +26,7 @@ type driver struct {
 	names   []string // every tenant name ever used, removed ones too
 	ids     []string // every task id ever submitted
 	running []string // ids started and not yet Done (per the first impl)
+	dropped int64    // credit of removed tenants
 	log     []string
 }
 
@@ -140,7 +140,16 @@ func (d *driver) step(ims []impl) {
 		each(func(im impl) string { return "update " + name + " " + errKey(im.UpdateTenant(name, c)) })
 	case k < 7:
 		name := d.name()
+		var credit int64
+		for _, st := range ims[0].Snapshot() {
+			if st.Tenant == name {
+				credit = st.Credit
+			}
+		}
 		each(func(im impl) string { return "remove " + name + " " + errKey(im.RemoveTenant(name)) })
+		if out[0] == "remove "+name+" ok" {
+			d.dropped += credit
+		}
 	case k < 45:
 		task := Task{ID: fmt.Sprintf("k%d", d.nextID), Tenant: d.name(), Demand: d.demand()}
 		d.nextID++
@@ -187,9 +196,22 @@ func (d *driver) step(ims []impl) {
 	}
 	d.log = append(d.log, out[0])
 	snap0, free0 := ims[0].Snapshot(), ims[0].Free()
+	sum := d.dropped
+	for _, st := range snap0 {
+		sum += st.Credit
+	}
+	if sum != 0 {
+		d.tb.Fatalf("step %d (%s): credits sum to %d, want 0", len(d.log), out[0], sum)
+	}
 	for _, im := range ims[1:] {
-		if snap, free := im.Snapshot(), im.Free(); !slices.Equal(snap, snap0) || free != free0 {
-			d.tb.Fatalf("step %d (%s): state differs:\n fast:   %+v %v\n oracle: %+v %v", len(d.log), out[0], snap0, free0, snap, free)
+		snap, free := im.Snapshot(), im.Free()
+		if free != free0 || len(snap) != len(snap0) {
+			d.tb.Fatalf("step %d (%s): free %v vs %v, %d vs %d tenants", len(d.log), out[0], free0, free, len(snap0), len(snap))
+		}
+		for i := range snap {
+			if snap[i] != snap0[i] {
+				d.tb.Fatalf("step %d (%s): state differs:\n fast:   %+v\n oracle: %+v", len(d.log), out[0], snap0[i], snap[i])
+			}
 		}
 	}
 }

@@ -75,6 +75,10 @@ func TestReservationBound(t *testing.T) {
 		if !ok || st.Task.ID != "B" || !st.Reserved {
 			t.Fatalf("impl %d: the reserved task did not start once free: %+v %v", k, st, ok)
 		}
+		// It paid for its pick: small (whose head fit) earned 1, big paid 1.
+		if b, sm := statsOf(im, "big"), statsOf(im, "small"); b.Credit != -1 || sm.Credit != 1 {
+			t.Fatalf("impl %d: credits after the reserved start: big %d small %d, want -1 and 1", k, b.Credit, sm.Credit)
+		}
 		done()
 		if st, ok := next(); !ok || st.Task.Tenant != "small" {
 			t.Fatalf("impl %d: small tasks did not resume: %+v", k, st)

@@ -39,7 +39,7 @@ type tenant struct {
 	credit   int64 // valid while !inPool
 	cls      *class
 	clsPos   int
-	dimPos   [3]int
+	dimPos   [6]int
 	mark     uint64
 
 	st TenantStats // counters only
@@ -84,7 +84,7 @@ func (s *Scheduler) AddTenant(name string, c TenantConfig) error {
 	if s.tenants[name] != nil {
 		return badInput(ErrTenantExists, "tenant", "tenant %s already exists", name)
 	}
-	t := &tenant{name: name, seq: s.nextSeq, cfg: c, clsPos: -1, dimPos: [3]int{-1, -1, -1}}
+	t := &tenant{name: name, seq: s.nextSeq, cfg: c, clsPos: -1, dimPos: [6]int{-1, -1, -1, -1, -1, -1}}
 	s.nextSeq++
 	s.tenants[name] = t
 	s.order = append(s.order, t)
@@ -184,12 +184,13 @@ func (s *Scheduler) Cancel(id string) error {
 	t := e.t
 	wasHead := t.head == e
 	s.unlink(e)
+	headChanged := wasHead && t.head != nil && t.head.task.Demand != e.task.Demand
 	delete(s.tasks, id)
 	t.st.Cancelled++
 	if wasHead && t.reserved {
 		s.dropReservation(t)
 	}
-	s.refresh(t, wasHead)
+	s.refresh(t, headChanged)
 	s.recycle(e)
 	return nil
 }
@@ -215,7 +216,8 @@ func (s *Scheduler) Done(id string) error {
 	return nil
 }
 
-// refresh puts t into or out of the pool after its state changed.
+// refresh puts t into or out of the pool after its state changed;
+// headChanged says its head's demand changed.
 func (s *Scheduler) refresh(t *tenant, headChanged bool) {
 	want := t.head != nil && !t.reserved && t.running < t.cfg.MaxRunning
 	switch {

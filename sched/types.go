@@ -21,8 +21,8 @@ type Start struct {
 	// Wait is the now passed to Next minus the now passed to Submit,
 	// never negative.
 	Wait time.Duration
-	// Reserved says it started from a reservation, outside the round-robin
-	// (no tenant's credit changed).
+	// Reserved says it started from a reservation, out of turn (its tenant
+	// still paid for the pick in round-robin credit).
 	Reserved bool
 }
 
