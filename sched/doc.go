@@ -18,7 +18,10 @@
 // order). A tenant that is not eligible neither earns nor pays: its credit is
 // frozen. With weights {a:5, b:1, c:1} and all backlogged the picks are
 // "a a b a c a a" in every period; with every tenant backlogged and every
-// head fitting, any W = Σw consecutive picks give tenant i exactly w_i.
+// head fitting, any W = Σw consecutive picks give tenant i exactly w_i, and
+// no tenant is ever a whole pick ahead of its share w_i·t/W. Behind its
+// share a tenant can fall by more than a pick ({1,1,1,11,11}: 26/25 of a
+// pick) — a property of SWRR, not of this implementation.
 //
 // # Head-of-line blocking and its bound
 //
@@ -27,16 +30,18 @@
 // than ReserveAfter (K) times — counted only in round-robin picks, where
 // some other task started — it gets a reservation: from then on Next first
 // tries the reservations, oldest first, and everything else sees the free
-// vector minus the reserved demand (floored at zero per dimension). A
-// reserved task starts out of turn but pays for the pick in credit like any
-// winner; without that, starts by reservation ignore weights (on a busy node
-// with mixed sizes they are most starts, and fairness fell to Jain 0.89). So a task is passed
-// over for lack of room at most K+1 times; after that no task starts that
-// takes any resource the reserved task still lacks, and it starts at the
-// first Next once the tasks holding those resources (running when it was
-// reserved) and older reservations are Done. Tasks that need none of the
+// vector minus the reserved demand (floored at zero per dimension). So a
+// task is passed over for lack of room at most K+1 times; after that no
+// task starts that takes any resource it still lacks, and (with Next fed
+// Free()) it starts at the first Next once the tasks holding those
+// resources and older reservations are Done. Tasks that need none of the
 // missing resources still start beside it (a GPU reservation does not stop
 // CPU-only work).
+//
+// A reserved task starts out of turn but pays for that pick in credit like
+// any winner. Without the charge, starts by reservation ignore weights: on
+// a busy node with mixed task sizes they are most starts, and Jain's index
+// over weight-normalised picks fell from 0.998 to 0.89.
 //
 // # Determinism
 //
@@ -51,7 +56,9 @@
 // A pick is O(D + log n) for n eligible tenants of D distinct weights
 // (tenants are kept in one heap per weight, see pool), plus O(log n) for
 // each head that does not fit in that pick — at most K+1 times per task —
-// plus O(R) for R outstanding reservations. D is the number of distinct
+// plus O(R) for R outstanding reservations. Seeing that nothing fits at all
+// is O(1) when some dimension's smallest head exceeds what is free (the
+// usual case on a full node). D is the number of distinct
 // weights in use (a handful in practice, at most MaxWeight). The plain O(n)
 // SWRR lives in the tests as the oracle the fast one must match exactly.
 //
