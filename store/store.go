@@ -39,7 +39,7 @@ var ErrNotFound = errors.New("store: not found")
 type Store struct {
 	db      *bolt.DB
 	certMu  sync.RWMutex
-	certs   map[string]cert.Record // decoded certifications, by backend
+	certs   []cert.Record // decoded certifications; nil until read
 	writes  chan *write            // to the committer (invocation writes)
 	stopped chan struct{}
 }
@@ -83,34 +83,36 @@ func (s *Store) Close() error {
 	return s.db.Close()
 }
 
-// PutCert stores r as the current certification of its backend.
+// PutCert stores r under its key, replacing an earlier record of exactly
+// that configuration; records of other configurations are kept.
 func (s *Store) PutCert(r cert.Record) error {
 	s.certMu.Lock()
 	defer s.certMu.Unlock()
-	delete(s.certs, r.Backend)
-	return s.put(bucketCerts, r.Backend, r)
+	s.certs = nil
+	return s.put(bucketCerts, r.Key.String(), r)
 }
 
-// Cert returns the certification of backend, or ErrNotFound. The manager
-// asks on every selection, so decoded records are cached; the process that
-// holds the store is its only writer, so the cache cannot go stale.
-func (s *Store) Cert(backend string) (cert.Record, error) {
+// Cert returns the record certifying exactly k (see cert.Find). The manager
+// asks on every selection, so the decoded records are cached; the process
+// that holds the store is its only writer, so the cache cannot go stale.
+func (s *Store) Cert(k cert.Key) (cert.Record, error) {
 	s.certMu.RLock()
-	r, ok := s.certs[backend]
+	recs := s.certs
 	s.certMu.RUnlock()
-	if ok {
-		return r, nil
+	if recs == nil {
+		s.certMu.Lock()
+		if s.certs == nil {
+			all, err := s.Certs()
+			if err != nil {
+				s.certMu.Unlock()
+				return cert.Record{}, err
+			}
+			s.certs = append([]cert.Record{}, all...) // non-nil even when empty
+		}
+		recs = s.certs
+		s.certMu.Unlock()
 	}
-	s.certMu.Lock()
-	defer s.certMu.Unlock()
-	if err := s.get(bucketCerts, backend, &r); err != nil {
-		return cert.Record{}, err
-	}
-	if s.certs == nil {
-		s.certs = map[string]cert.Record{}
-	}
-	s.certs[backend] = r
-	return r, nil
+	return cert.Find(recs, k)
 }
 
 // Certs returns every certification record.

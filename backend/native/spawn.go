@@ -19,12 +19,31 @@ import (
 // and inherited by children forked from that thread. wovyr changes them on a
 // locked thread, forks, and then lets the goroutine exit still locked, which
 // makes the Go runtime terminate the thread: no tainted thread ever runs
-// other goroutines, and there is nothing to restore that could fail.
+// other goroutines.
+//
+// One exception: the runtime cannot terminate the main thread, so a locked
+// goroutine that happens to run there leaves it parked instead — and the
+// main thread's namespace and ids are what /proc/<pid>/ns/net and
+// /proc/<pid>/status show for all of wovyr. So the namespace and real ids
+// are put back too; no_new_privs cannot be, and is harmless on a parked
+// thread.
 func onThrowawayThread(fn func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread exits with us
-		done <- fn()
+		home, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			done <- fmt.Errorf("open own netns: %w", err)
+			return
+		}
+		defer home.Close()
+		uid, gid := os.Getuid(), os.Getgid() // this thread's, before fn changes them
+		err = fn()
+		_ = unix.Setns(int(home.Fd()), unix.CLONE_NEWNET)
+		keep := ^uintptr(0)
+		unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), keep, keep)
+		unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), keep, keep)
+		done <- err
 	}()
 	return <-done
 }

@@ -19,6 +19,7 @@ func backendsMain(ctx context.Context, g *globals, args []string) int {
 	if n == nil {
 		return code
 	}
+	defer n.Close()
 	sts := n.mgr.Detect(ctx, true)
 	if *jsonOut {
 		printJSON(sts)

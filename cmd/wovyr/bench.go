@@ -23,6 +23,7 @@ func benchMain(ctx context.Context, g *globals, args []string) int {
 	if nd == nil {
 		return code
 	}
+	defer nd.Close()
 	rows, err := nativeBench(ctx, nd, *n)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "wovyr: bench:", err)

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/wovyr/wovyr/backend/native"
+	"github.com/wovyr/wovyr/backend/wasm"
 	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/store"
@@ -27,6 +28,7 @@ func certifyMain(ctx context.Context, g *globals, args []string) int {
 	if n == nil {
 		return code
 	}
+	defer n.Close()
 	guest, cleanup, err := battery.StageGuest(g.guest)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "wovyr: the battery needs the static wovyr-guest binary (--guest or WOVYR_GUEST): %v\n", err)
@@ -109,6 +111,7 @@ func verdict(r cert.Record) string {
 func (n *node) suites(guest string) map[string]battery.Suite {
 	return map[string]battery.Suite{
 		"native": native.Suite(n.native, guest),
+		"wasm":   wasm.Suite(n.wasm),
 	}
 }
 

@@ -91,6 +91,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 }
 
 // mustNode opens the node, or reports why not and returns the exit code.
+// The caller closes it.
 func mustNode(g *globals) (*node, int) {
 	n, err := openNode(g)
 	if err != nil {

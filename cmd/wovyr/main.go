@@ -30,6 +30,7 @@ func commands() []command {
 		{"certify", "run the escape battery and record certifications", certifyMain},
 		{"bench", "measure wovyr against the raw peers, side by side", benchMain},
 		{"version", "print the version", versionMain},
+		{"wasm-exec", "run one WASI module as this process (the runner inside stronger sandboxes)", wasmExecMain},
 	}
 }
 

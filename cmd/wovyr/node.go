@@ -3,10 +3,12 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/wovyr/wovyr/backend/native"
+	"github.com/wovyr/wovyr/backend/wasm"
 	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/manager"
 	"github.com/wovyr/wovyr/sandbox"
@@ -21,6 +23,7 @@ type node struct {
 	g        *globals
 	log      *slog.Logger
 	native   *native.Backend
+	wasm     *wasm.Backend
 	backends []sandbox.Backend
 	mgr      *manager.Manager
 }
@@ -43,17 +46,33 @@ func openNode(g *globals) (*node, error) {
 // newNode constructs every backend, without a manager.
 func newNode(g *globals, log *slog.Logger) (*node, error) {
 	n := &node{g: g, log: log}
+	// 0711: sandbox uids traverse it to their workspaces; what lies below
+	// is private to each owner.
+	if err := os.MkdirAll(g.stateDir, 0o711); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(g.stateDir, 0o711); err != nil {
+		return nil, err
+	}
 	var err error
 	n.native, err = native.New(native.Config{ScratchDir: n.nativeScratch(), Logger: n.log})
 	if err != nil {
 		return nil, err
 	}
-	n.backends = []sandbox.Backend{n.native}
+	if n.wasm, err = wasm.New(wasm.Config{StateDir: g.stateDir, Logger: n.log}); err != nil {
+		return nil, err
+	}
+	n.backends = []sandbox.Backend{n.native, n.wasm}
 	return n, nil
 }
 
 // nativeScratch is where native sandboxes' workspaces live.
 func (n *node) nativeScratch() string { return filepath.Join(n.g.stateDir, "scratch", "native") }
+
+// Close releases the backends' resources (the wasm engine and its ticker).
+func (n *node) Close() error {
+	return n.wasm.Close()
+}
 
 // withStore opens the state store for the duration of fn.
 func (n *node) withStore(fn func(*store.Store) error) error {
@@ -66,12 +85,10 @@ func (n *node) withStore(fn func(*store.Store) error) error {
 }
 
 func (n *node) certs() (cert.Set, error) {
-	set := cert.Set{}
+	var set cert.Set
 	err := n.withStore(func(s *store.Store) error {
-		recs, err := s.Certs()
-		for _, r := range recs {
-			set[r.Backend] = r
-		}
+		var err error
+		set, err = s.Certs()
 		return err
 	})
 	if err != nil {

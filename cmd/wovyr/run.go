@@ -20,6 +20,7 @@ type runCmd struct {
 	trust, backend, floor, tenant string
 	timeout                       time.Duration
 	memory                        string
+	wasmFile                      string
 	pids                          int
 	env                           multiFlag
 	files                         multiFlag
@@ -43,6 +44,7 @@ func runMain(ctx context.Context, g *globals, args []string) int {
 	fs.BoolVar(&c.jsonOut, "json", false, "print the result as JSON")
 	fs.StringVar(&c.remote, "remote", "", "run through the wovyr daemon at this URL (e.g. http://127.0.0.1:8080)")
 	fs.StringVar(&c.token, "token", "", "bearer token for --remote (default $WOVYR_TOKEN, else the daemon's bootstrap token in the state dir)")
+	fs.StringVar(&c.wasmFile, "wasm", "", "run this WASI module (ARGV is then its arguments, argv[0] included)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: wovyr run [flags] -- ARGV...\n\nStdin is passed through when it is a pipe or a file.\n\n")
 		fs.PrintDefaults()
@@ -66,6 +68,7 @@ func runMain(ctx context.Context, g *globals, args []string) int {
 	if err != nil {
 		return c.fail(sandbox.Wrap(sandbox.BackendFailure, err, "start"))
 	}
+	defer n.Close()
 	res, err := c.execute(ctx, n, inv)
 	if err != nil {
 		return c.fail(err)
@@ -83,6 +86,16 @@ func (c *runCmd) invocation(argv []string) (*sandbox.Invocation, error) {
 	}
 	if inv.Workload.Env == nil {
 		inv.Workload.Env = []string{}
+	}
+	if c.wasmFile != "" {
+		mod, err := os.ReadFile(c.wasmFile)
+		if err != nil {
+			return nil, sandbox.Wrap(sandbox.BadInput, err, "wasm")
+		}
+		inv.Workload.Kind, inv.Workload.Module = sandbox.KindWasm, mod
+		if len(argv) == 0 {
+			inv.Workload.Argv = []string{c.wasmFile}
+		}
 	}
 	var err error
 	if inv.Policy.Trust, err = sandbox.ParseTrustClass(c.trust); err != nil {

@@ -83,6 +83,7 @@ func (c *serveCmd) run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
+	defer n.Close()
 	if n.mgr, err = manager.New(manager.Config{Backends: n.backends, Certs: st, Logger: log}); err != nil {
 		return err
 	}
