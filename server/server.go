@@ -48,8 +48,8 @@ type Options struct {
 	// Admission decides admission and order. Nil means NewLimiter(Config).
 	Admission Admission
 	// Reconcilers run at start-up, in order, before every registered
-	// backend that implements Reconcile(ctx) error (processes first, then
-	// the mounts they held).
+	// backend that implements Reconcile(ctx) error or Reconcile(ctx) (int,
+	// error) (processes first, then the mounts they held).
 	Reconcilers []Reconciler
 	// Certify runs the escape battery for one backend. Nil means
 	// certification through the API is unavailable (503).
@@ -105,8 +105,16 @@ func New(opts Options) (*Server, error) {
 	}
 	s.recs = append(s.recs, opts.Reconcilers...)
 	for _, b := range s.mgr.Backends() {
-		if r, ok := b.(interface{ Reconcile(context.Context) error }); ok {
+		switch r := b.(type) {
+		case interface{ Reconcile(context.Context) error }:
 			s.recs = append(s.recs, Reconciler{Name: "backend " + b.Name(), Fn: r.Reconcile})
+		case interface {
+			Reconcile(context.Context) (int, error)
+		}:
+			s.recs = append(s.recs, Reconciler{Name: "backend " + b.Name(), Fn: func(ctx context.Context) error {
+				_, err := r.Reconcile(ctx)
+				return err
+			}})
 		}
 	}
 	s.met = newMetrics(s.adm.Queued)
