@@ -40,7 +40,7 @@ type Store struct {
 	db      *bolt.DB
 	certMu  sync.RWMutex
 	certs   []cert.Record // decoded certifications; nil until read
-	writes  chan *write            // to the committer (invocation writes)
+	writes  chan *write   // to the committer (invocation writes)
 	stopped chan struct{}
 }
 

@@ -3,8 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
