@@ -36,7 +36,11 @@ func openNode(g *globals) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n.wasm, err = wasm.New(wasm.Config{StateDir: g.stateDir, Logger: n.log}); err != nil {
+	worker, err := wasmWorker()
+	if err != nil {
+		return nil, err
+	}
+	if n.wasm, err = wasm.New(wasm.Config{StateDir: g.stateDir, Logger: n.log, Worker: worker}); err != nil {
 		return nil, err
 	}
 	n.backends = []sandbox.Backend{n.native, n.wasm}
