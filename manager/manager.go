@@ -21,9 +21,9 @@ import (
 
 // Certs gives the manager the current certification of a backend.
 type Certs interface {
-	// Cert returns the backend's record; an error (for example "not
-	// found") means the backend is not certified.
-	Cert(backend string) (cert.Record, error)
+	// Cert returns the record certifying exactly k; an error says why
+	// there is none.
+	Cert(k cert.Key) (cert.Record, error)
 }
 
 // Config configures a Manager. It is read once, by New.
@@ -158,12 +158,10 @@ func (m *Manager) certified(b sandbox.Backend, capa sandbox.Capability) error {
 	if m.certs == nil {
 		return errors.New("not certified: no certification store")
 	}
-	rec, err := m.certs.Cert(b.Name())
+	k := m.Key(b, capa)
+	rec, err := m.certs.Cert(k)
 	if err != nil {
-		return fmt.Errorf("not certified (run wovyr certify --backend %s)", b.Name())
+		return err
 	}
-	if !rec.Passed || !rec.Verdict() {
-		return fmt.Errorf("certification failed: %v", rec.Failed())
-	}
-	return rec.Check(m.Key(b, capa))
+	return rec.Check(k)
 }

@@ -42,12 +42,12 @@ func (f *fakeBackend) Prepare(context.Context, sandbox.Template) (sandbox.Sandbo
 // certMap certifies the backends it holds, for kernel "k".
 type certMap map[string]cert.Record
 
-func (c certMap) Cert(name string) (cert.Record, error) {
-	r, ok := c[name]
-	if !ok {
-		return r, errors.New("not found")
+func (c certMap) Cert(k cert.Key) (cert.Record, error) {
+	var recs []cert.Record
+	for _, r := range c {
+		recs = append(recs, r)
 	}
-	return r, nil
+	return cert.Find(recs, k)
 }
 
 func passed(name string) cert.Record {

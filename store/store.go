@@ -72,16 +72,19 @@ func Open(dir string, wait time.Duration) (*Store, error) {
 // Close closes the store.
 func (s *Store) Close() error { return s.db.Close() }
 
-// PutCert stores r as the current certification of its backend.
+// PutCert stores r under its key, replacing an earlier record of exactly
+// that configuration; records of other configurations are kept.
 func (s *Store) PutCert(r cert.Record) error {
-	return s.put(bucketCerts, r.Backend, r)
+	return s.put(bucketCerts, r.Key.String(), r)
 }
 
-// Cert returns the certification of backend, or ErrNotFound.
-func (s *Store) Cert(backend string) (cert.Record, error) {
-	var r cert.Record
-	err := s.get(bucketCerts, backend, &r)
-	return r, err
+// Cert returns the record certifying exactly k (see cert.Find).
+func (s *Store) Cert(k cert.Key) (cert.Record, error) {
+	recs, err := s.Certs()
+	if err != nil {
+		return cert.Record{}, err
+	}
+	return cert.Find(recs, k)
 }
 
 // Certs returns every certification record.

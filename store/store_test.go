@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,12 +30,28 @@ func TestCertRoundTripAndDurability(t *testing.T) {
 	s.Close()
 	s = open(t, dir)
 	defer s.Close()
-	got, err := s.Cert("native")
+	got, err := s.Cert(rec.Key)
 	if err != nil || got.ConfigHash != "h" || len(got.Outcomes) != 1 {
 		t.Fatalf("got %+v %v", got, err)
 	}
-	if _, err := s.Cert("gvisor"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Cert(cert.Key{Backend: "gvisor"}); !errors.Is(err, cert.ErrNotCertified) {
 		t.Fatalf("unknown backend: %v", err)
+	}
+	// A second configuration of the same backend is kept beside the first.
+	other := rec
+	other.ConfigHash = "egress"
+	if err := s.PutCert(other); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []cert.Key{rec.Key, other.Key} {
+		if _, err := s.Cert(k); err != nil {
+			t.Fatalf("config %s lost: %v", k.ConfigHash, err)
+		}
+	}
+	k := rec.Key
+	k.ConfigHash = "new"
+	if _, err := s.Cert(k); !errors.Is(err, cert.ErrNotCertified) || !strings.Contains(err.Error(), "now new") {
+		t.Fatalf("changed config: %v", err)
 	}
 }
 

@@ -105,7 +105,7 @@ func certifiedManager(b testing.TB, be *Backend) *manager.Manager {
 	capa := be.Probe(context.Background())
 	rec := cert.Record{Key: cert.Key{Backend: Name, RuntimeVersion: capa.Version, Kernel: cert.Kernel(), ConfigHash: capa.ConfigHash},
 		Passed: true, Outcomes: []cert.Outcome{{ID: 61, Name: "stub for benchmarks", Applies: true, Pass: true, ControlFlagged: true}}}
-	m, err := manager.New(manager.Config{Backends: []sandbox.Backend{be}, Certs: cert.Set{Name: rec}, Logger: slog.New(slog.DiscardHandler)})
+	m, err := manager.New(manager.Config{Backends: []sandbox.Backend{be}, Certs: cert.Set{rec}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}

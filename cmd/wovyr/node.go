@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -31,6 +32,14 @@ type node struct {
 // certifications (a snapshot; the store is not held open).
 func openNode(g *globals) (*node, error) {
 	n := &node{g: g, log: g.logger()}
+	// 0711: sandbox uids traverse it to their workspaces; what lies below
+	// is private to each owner.
+	if err := os.MkdirAll(g.stateDir, 0o711); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(g.stateDir, 0o711); err != nil {
+		return nil, err
+	}
 	var err error
 	n.native, err = native.New(native.Config{ScratchDir: filepath.Join(g.stateDir, "scratch", "native"), Logger: n.log})
 	if err != nil {
@@ -68,12 +77,10 @@ func (n *node) withStore(fn func(*store.Store) error) error {
 }
 
 func (n *node) certs() (cert.Set, error) {
-	set := cert.Set{}
+	var set cert.Set
 	err := n.withStore(func(s *store.Store) error {
-		recs, err := s.Certs()
-		for _, r := range recs {
-			set[r.Backend] = r
-		}
+		var err error
+		set, err = s.Certs()
 		return err
 	})
 	if err != nil {
