@@ -36,6 +36,7 @@ func WorkerMain(ctx context.Context, in io.Reader, out io.Writer) int {
 	if err := enc.Encode(&workerReply{}); err != nil {
 		return ExitBackendFailure
 	}
+	fds := &fdBaseline{}
 	for ctx.Err() == nil {
 		var j workerJob
 		if err := dec.Decode(&j); err != nil {
@@ -44,7 +45,7 @@ func WorkerMain(ctx context.Context, in io.Reader, out io.Writer) int {
 			}
 			return ExitBackendFailure
 		}
-		r := b.runJob(&j)
+		r := b.runJob(&j, fds)
 		if err := enc.Encode(&r); err != nil {
 			return ExitBackendFailure
 		}
@@ -52,14 +53,48 @@ func WorkerMain(ctx context.Context, in io.Reader, out io.Writer) int {
 	return ExitKilled
 }
 
+// fdBaseline is the descriptors the worker itself holds between jobs.
+// Listing /proc/self/fd is the costliest step of a job, so it is redone only
+// after the module cache compiled or loaded something (the only work between
+// jobs that may keep a descriptor). A descriptor opened since only tightens
+// the guest's bound; one closed since (the listing's own) loosens it by one.
+type fdBaseline struct {
+	held []uint64
+	gen  int64 // the cache's compiled+loaded when held was listed
+	ok   bool  // held was listed
+}
+
+func (f *fdBaseline) get(c *cache) ([]uint64, error) {
+	gen := c.compiled.Load() + c.loaded.Load()
+	if f.ok && f.gen == gen {
+		return f.held, nil
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil, fmt.Errorf("count descriptors: %w", err)
+	}
+	f.held = f.held[:0]
+	for _, e := range ents {
+		if fd, err := strconv.ParseUint(e.Name(), 10, 64); err == nil {
+			f.held = append(f.held, fd)
+		}
+	}
+	f.gen, f.ok = gen, true
+	return f.held, nil
+}
+
 // runJob runs one job under the descriptor bound.
-func (b *Backend) runJob(j *workerJob) workerReply {
+func (b *Backend) runJob(j *workerJob, fds *fdBaseline) workerReply {
 	e, err := b.cache.acquire(j.Module)
 	if err != nil {
 		return workerReply{Err: err.Error()}
 	}
 	defer b.cache.release(e)
-	restore, err := boundFDs(j.NoFile)
+	held, err := fds.get(b.cache)
+	if err != nil {
+		return workerReply{Err: err.Error()}
+	}
+	restore, err := boundFDs(j.NoFile, held)
 	if err != nil {
 		return workerReply{Err: err.Error()}
 	}
@@ -72,24 +107,14 @@ func (b *Backend) runJob(j *workerJob) workerReply {
 	return workerReply{Outcome: out}
 }
 
-// boundFDs sets this process's RLIMIT_NOFILE soft limit so that about n more
-// descriptors can be opened, and returns how to put it back. A process may
+// boundFDs sets this process's RLIMIT_NOFILE soft limit so that n more
+// descriptors can be opened beside held, and returns how to put it back. A process may
 // always move its own soft limit up to its hard limit, so this needs no
 // privilege (wovyr may run without CAP_SYS_RESOURCE).
-func boundFDs(n int) (func() error, error) {
+func boundFDs(n int, held []uint64) (func() error, error) {
 	var old syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
 		return nil, fmt.Errorf("getrlimit: %w", err)
-	}
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return nil, fmt.Errorf("count descriptors: %w", err)
-	}
-	var held []uint64
-	for _, e := range ents {
-		if fd, err := strconv.ParseUint(e.Name(), 10, 64); err == nil {
-			held = append(held, fd)
-		}
 	}
 	// The kernel bounds descriptor numbers, not their count: find the soft
 	// limit below which exactly n numbers are free.
