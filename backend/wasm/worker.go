@@ -92,7 +92,24 @@ func newWorkers(cfg Config) *workers {
 	}
 }
 
+// spawn starts a worker from a fresh goroutine: Pdeathsig fires when the
+// starting thread exits, and only a thread locked by its goroutine
+// (LockOSThread, as a caller might hold) ever exits.
 func (p *workers) spawn() (*worker, error) {
+	type started struct {
+		w   *worker
+		err error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		w, err := p.start()
+		ch <- started{w, err}
+	}()
+	s := <-ch
+	return s.w, s.err
+}
+
+func (p *workers) start() (*worker, error) {
 	cmd := exec.Command(p.argv[0], p.argv[1:]...)
 	cmd.Env = append(os.Environ(), WorkerEnv+"="+p.init.StateDir)
 	// A worker dies with its parent: Pdeathsig, and end of input besides.
@@ -124,16 +141,18 @@ func (p *workers) spawn() (*worker, error) {
 	return w, nil
 }
 
-func (p *workers) get() (*worker, error) {
+// get returns an idle worker (reused true) or a new one.
+func (p *workers) get() (w *worker, reused bool, err error) {
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
 		w := p.idle[n-1]
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		return w, nil
+		return w, true, nil
 	}
 	p.mu.Unlock()
-	return p.spawn()
+	w, err = p.spawn()
+	return w, false, err
 }
 
 func (p *workers) put(w *worker) {
@@ -159,9 +178,24 @@ func (p *workers) run(ctx context.Context, job *workerJob) (*wasmcapi.Outcome, e
 		return cancelled, nil
 	}
 	defer func() { <-p.slots }()
-	w, err := p.get()
-	if err != nil {
-		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "wasm: start worker")
+	var w *worker
+	for {
+		nw, reused, err := p.get()
+		if err != nil {
+			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "wasm: start worker")
+		}
+		// An idle worker that died (its input is closed: EPIPE) never saw
+		// the job; take another.
+		if err := nw.enc.Encode(job); err != nil {
+			nw.kill()
+			if reused {
+				p.log.Warn("wasm: idle worker was gone", "pid", nw.cmd.Process.Pid, "err", err)
+				continue
+			}
+			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "wasm: send job to worker %d", nw.cmd.Process.Pid)
+		}
+		w = nw
+		break
 	}
 	type answer struct {
 		r   workerReply
@@ -170,9 +204,7 @@ func (p *workers) run(ctx context.Context, job *workerJob) (*wasmcapi.Outcome, e
 	ch := make(chan answer, 1)
 	go func() {
 		var a answer
-		if a.err = w.enc.Encode(job); a.err == nil {
-			a.err = w.dec.Decode(&a.r)
-		}
+		a.err = w.dec.Decode(&a.r)
 		ch <- a
 	}()
 	var late <-chan time.Time

@@ -133,8 +133,22 @@ func TestWorkerKilledMidJob(t *testing.T) {
 	if m := guestLines(res.Stdout); res.Class != sandbox.OK || m["opened"] != "3" {
 		t.Fatalf("next job: %+v", res)
 	}
-	if got := workerPIDs(t, state); len(got) != 1 || got[0] == pids[0] {
+	got := workerPIDs(t, state)
+	if len(got) != 1 || got[0] == pids[0] {
 		t.Fatalf("workers after replacement: %v (killed %d)", got, pids[0])
+	}
+	// An idle worker that died is skipped, not blamed on the next job.
+	if err := syscall.Kill(got[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(workerPIDs(t, state)) > 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("killed idle worker still running")
+		}
+	}
+	res = run(t, b, withWork(inv(mustWat(t, openGuest(3, false)), "after-idle-death")))
+	if m := guestLines(res.Stdout); res.Class != sandbox.OK || m["opened"] != "3" {
+		t.Fatalf("job after an idle worker died: %+v", res)
 	}
 	b.Close()
 	if got := workerPIDs(t, state); len(got) != 0 {
@@ -172,5 +186,37 @@ func TestReconcileKillsOrphanWorkers(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("orphan worker %d still alive", pid)
 		}
+	}
+}
+
+// TestWorkerJobCancelled: cancelling a job in a worker ends it with class
+// killed, as in-process, and its worker is not kept.
+func TestWorkerJobCancelled(t *testing.T) {
+	state := t.TempDir()
+	b := newBackend(t, func(c *Config) { c.StateDir = state })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan *sandbox.Result, 1)
+	go func() {
+		sb, _ := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindWasm})
+		res, err := sb.Run(ctx, withWork(inv(mustWat(t, openGuest(1, true)), "spin")))
+		if err != nil {
+			res = &sandbox.Result{Error: err.Error()}
+		}
+		done <- res
+	}()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if m, _ := filepath.Glob(filepath.Join(state, "wasm", "work", "wovyr-wasm-*", "exhausted")); len(m) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the guest never started")
+		}
+	}
+	cancel()
+	if res := <-done; res.Class != sandbox.Killed {
+		t.Fatalf("cancelled job: %+v", res)
+	}
+	if got := workerPIDs(t, state); len(got) != 0 {
+		t.Fatalf("the cancelled job's worker survived: %v", got)
 	}
 }
