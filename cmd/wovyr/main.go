@@ -31,6 +31,7 @@ func commands() []command {
 		{"bench", "measure wovyr against the raw peers, side by side", benchMain},
 		{"version", "print the version", versionMain},
 		{"wasm-exec", "run one WASI module as this process (the runner inside stronger sandboxes)", wasmExecMain},
+		{"wasm-worker", "internal: the wasm backend's worker process (started by wovyr itself)", wasmWorkerMain},
 	}
 }
 

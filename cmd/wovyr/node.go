@@ -59,7 +59,11 @@ func newNode(g *globals, log *slog.Logger) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n.wasm, err = wasm.New(wasm.Config{StateDir: g.stateDir, Logger: n.log}); err != nil {
+	worker, err := wasmWorker()
+	if err != nil {
+		return nil, err
+	}
+	if n.wasm, err = wasm.New(wasm.Config{StateDir: g.stateDir, Logger: n.log, Worker: worker}); err != nil {
 		return nil, err
 	}
 	n.backends = []sandbox.Backend{n.native, n.wasm}
