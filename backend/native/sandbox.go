@@ -177,7 +177,8 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	}
 	res := &sandbox.Result{ID: inv.ID, Backend: s.b.Name()}
 	res.Timings.Started = time.Now()
-	if err := sp.start(cmd); err != nil {
+	done, err := sp.start(cmd)
+	if err != nil {
 		if st, serr := os.Stat(prog); serr != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
 			return nil, sandbox.Wrap(sandbox.BadInput, err, "workload.argv: cannot execute %s", prog)
 		}
@@ -199,8 +200,6 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 		p.stdinW.Close()
 	}()
 
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	if s.b.weak == battery.NoDeadline {
 		lim.Wall = 1 << 62
 	}

@@ -146,32 +146,42 @@ func TestCrashRestartMarksLost(t *testing.T) {
 		t.Fatalf("finished run: %+v %v", finished, err)
 	}
 
+	// The workload's leader sleeps `secs`; it also leaves a detached
+	// sleeper of `orphanSecs` that only its cgroup still ties to it.
 	secs := fmt.Sprintf("300.%d", time.Now().UnixNano()%1000000)
+	orphanSecs := fmt.Sprintf("301.%d", time.Now().UnixNano()%1000000)
 	pattern := "sleep\x00" + secs + "\x00"
+	orphan := "sleep\x00" + orphanSecs + "\x00"
 	t.Cleanup(func() {
-		for _, pid := range pidsOf(pattern) {
+		for _, pid := range append(pidsOf(pattern), pidsOf(orphan)...) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
-	running, err := c.Submit(ctx, inv("/bin/sleep", secs), 0)
+	running, err := c.Submit(ctx, inv("/bin/sh", "-c", "(setsid /bin/sleep "+orphanSecs+" &); exec /bin/sleep "+secs), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Wait until the workload is confined (detached, in its cgroups): a
-	// crash in the middle of the native backend's traced start is another
-	// case (see the report on PTRACE_O_EXITKILL).
-	for i := 0; i < 500 && !confined(pidsOf(pattern)); i++ {
+	for i := 0; i < 500 && !(confined(pidsOf(pattern)) && confined(pidsOf(orphan))); i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if rec, err := c.Get(ctx, running.ID, 0); err != nil || rec.State != client.StateRunning || !confined(pidsOf(pattern)) {
-		t.Fatalf("the sleep is not running: %+v %v", rec, err)
+	if rec, err := c.Get(ctx, running.ID, 0); err != nil || rec.State != client.StateRunning || !confined(pidsOf(pattern)) || !confined(pidsOf(orphan)) {
+		t.Fatalf("the sleeps are not running: %+v %v", rec, err)
 	}
 
 	d.cmd.Process.Signal(syscall.SIGKILL)
 	<-d.done
-	if len(pidsOf(pattern)) == 0 {
-		t.Fatal("the workload died with the daemon; the test would prove nothing about reconcile")
+	// The leader dies with the daemon (its parent-death signal); the
+	// detached sleeper does not, and only reconcile can find it.
+	for i := 0; i < 200 && len(pidsOf(pattern)) > 0; i++ {
+		time.Sleep(10 * time.Millisecond)
 	}
+	if len(pidsOf(pattern)) != 0 {
+		t.Fatal("the workload's leader outlived the daemon")
+	}
+	if len(pidsOf(orphan)) == 0 {
+		t.Fatal("the detached sleeper died with the daemon; the test would prove nothing about reconcile")
+	}
+	pattern = orphan
 
 	d = startDaemon(t, wovyr, state)
 	rec, err := c2(d, tok).Get(ctx, running.ID, 0)
