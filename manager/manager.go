@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -50,8 +52,9 @@ type Manager struct {
 	kernel   string
 	log      *slog.Logger
 
-	mu     sync.Mutex
-	probed map[string]sandbox.Capability
+	mu      sync.Mutex
+	probed  map[string]sandbox.Capability
+	probing singleflight.Group // one probe per backend at a time
 }
 
 // New returns a manager for cfg's backends.
@@ -140,13 +143,18 @@ func (m *Manager) probe(ctx context.Context, b sandbox.Backend, force bool) sand
 	if ok && !force {
 		return capa
 	}
-	start := time.Now()
-	capa = b.Probe(ctx)
-	m.log.Debug("probe", "backend", b.Name(), "available", capa.Available, "reason", capa.Reason, "version", capa.Version, "took", time.Since(start))
-	m.mu.Lock()
-	m.probed[b.Name()] = capa
-	m.mu.Unlock()
-	return capa
+	// Concurrent first selections share one probe instead of each running
+	// the backend's (possibly slow) real probe.
+	v, _, _ := m.probing.Do(b.Name(), func() (any, error) {
+		start := time.Now()
+		capa := b.Probe(context.WithoutCancel(ctx))
+		m.log.Debug("probe", "backend", b.Name(), "available", capa.Available, "reason", capa.Reason, "version", capa.Version, "took", time.Since(start))
+		m.mu.Lock()
+		m.probed[b.Name()] = capa
+		m.mu.Unlock()
+		return capa, nil
+	})
+	return v.(sandbox.Capability)
 }
 
 // Key is the certification key of b as it is configured now.

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/netpolicy"
@@ -236,5 +239,38 @@ func BenchmarkSelect(b *testing.B) {
 		if _, err := m.Select(ctx, p, sandbox.KindCommand); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// countingBackend counts probes and holds each one until released.
+type countingBackend struct {
+	fakeBackend
+	probes  atomic.Int32
+	release chan struct{}
+}
+
+func (c *countingBackend) Probe(ctx context.Context) sandbox.Capability {
+	c.probes.Add(1)
+	<-c.release
+	return c.fakeBackend.Probe(ctx)
+}
+
+func TestConcurrentSelectsShareOneProbe(t *testing.T) {
+	b := &countingBackend{fakeBackend: fakeBackend{name: "native", strength: sandbox.Native, kinds: []sandbox.WorkloadKind{sandbox.KindCommand}, available: true},
+		release: make(chan struct{})}
+	m, _ := New(Config{Backends: []sandbox.Backend{b}, Kernel: "k", Certs: certMap{"native": passed("native")}, Logger: slog.New(slog.DiscardHandler)})
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			if _, err := m.Select(context.Background(), sandbox.Policy{Trust: sandbox.Trusted}, sandbox.KindCommand); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond) // let every Select reach the probe
+	close(b.release)
+	wg.Wait()
+	if n := b.probes.Load(); n != 1 {
+		t.Fatalf("%d probes for 16 concurrent first selections, want 1", n)
 	}
 }
