@@ -118,6 +118,9 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	s.met = newMetrics(s.adm.Queued)
+	if f, ok := s.adm.(*Fair); ok {
+		s.met.reg.MustRegister(newTenantCollector(f.Stats))
+	}
 	s.base, s.stopBase = context.WithCancel(context.Background())
 	return s, nil
 }

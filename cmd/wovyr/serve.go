@@ -87,8 +87,12 @@ func (c *serveCmd) run(ctx context.Context, g *globals) error {
 	if n.mgr, err = manager.New(manager.Config{Backends: n.backends, Certs: st, Logger: log}); err != nil {
 		return err
 	}
+	fair, err := server.NewFair(cfg)
+	if err != nil {
+		return err
+	}
 	srv, err := server.New(server.Options{
-		Config: cfg, Manager: n.mgr, Store: st, Logger: log,
+		Config: cfg, Manager: n.mgr, Store: st, Logger: log, Admission: fair,
 		Reconcilers: []server.Reconciler{cgroupReconciler(cfg.CgroupReconcile, n.nativeScratch())},
 		Certify:     func(ctx context.Context, backend string) (cert.Record, error) { return n.certifyOne(ctx, backend) },
 	})
