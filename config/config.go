@@ -58,9 +58,26 @@ type Config struct {
 	// state directory still holds, for hosts shared by several daemons or
 	// test runs.
 	CgroupReconcile string `json:"cgroup_reconcile,omitempty"`
+	// Pools size the warm sandbox pools, most specific rule first
+	// (backend+template, backend, template, then a rule naming neither).
+	// Empty means one rule for everything: up to Concurrency live
+	// sandboxes per pool, none kept warm while idle, up to 4 warm under
+	// load.
+	Pools []Pool `json:"pools,omitempty"`
 	// Tenants are the callers. Empty is allowed only for Default, which the
 	// serve command completes with a bootstrap tenant.
 	Tenants []Tenant `json:"tenants"`
+}
+
+// Pool sizes the warm pools of one backend and/or template ("" matches any).
+type Pool struct {
+	Backend  string `json:"backend,omitempty"`
+	Template string `json:"template,omitempty"`
+	// MaxLive bounds live sandboxes (warm and in use). Zero means Concurrency.
+	MaxLive int `json:"max_live,omitempty"`
+	// MinWarm and MaxWarm bound the autoscaled warm target.
+	MinWarm int `json:"min_warm,omitempty"`
+	MaxWarm int `json:"max_warm,omitempty"`
 }
 
 // Tenant is one caller of the API.
@@ -120,6 +137,15 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.CgroupReconcile == "" {
 		c.CgroupReconcile = "all"
 	}
+	c.Pools = slices.Clone(c.Pools)
+	if len(c.Pools) == 0 {
+		c.Pools = []Pool{{MaxWarm: min(4, c.Concurrency)}}
+	}
+	for i := range c.Pools {
+		if c.Pools[i].MaxLive == 0 {
+			c.Pools[i].MaxLive = c.Concurrency
+		}
+	}
 	c.Tenants = slices.Clone(c.Tenants)
 	for i := range c.Tenants {
 		t := &c.Tenants[i]
@@ -153,6 +179,11 @@ func (c Config) validate() error {
 		return bad("concurrency", "must not be negative")
 	case c.CgroupReconcile != "all" && c.CgroupReconcile != "owned":
 		return bad("cgroup_reconcile", "want all or owned, not %q", c.CgroupReconcile)
+	}
+	for i, p := range c.Pools {
+		if p.MaxLive < 1 || p.MinWarm < 0 || p.MaxWarm < p.MinWarm || p.MaxWarm > p.MaxLive {
+			return bad(fmt.Sprintf("pools[%d]", i), "want 0 <= min_warm <= max_warm <= max_live and max_live >= 1")
+		}
 	}
 	names := map[string]bool{}
 	hashes := map[string]string{}

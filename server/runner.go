@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/wovyr/wovyr/manager"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/store"
 )
@@ -89,17 +88,22 @@ func (s *Server) execute(j *job) {
 	})
 	s.met.phase(b.Name(), "queue", admitted.Sub(j.accepted))
 
-	sb, err := s.mgr.Prepare(j.ctx, b, manager.TemplateFor(inv))
+	lease, err := s.acquire(j.ctx, b, inv)
 	if err != nil {
 		s.finish(j, store.Failed, nil, err, admitted)
 		return
 	}
 	acquired := time.Now()
 	s.met.phase(b.Name(), "prepare", acquired.Sub(admitted))
-	res, err := sb.Run(j.ctx, inv)
-	if derr := sb.Destroy(context.WithoutCancel(j.ctx)); derr != nil {
-		s.log.Error("destroy sandbox", "id", inv.ID, "backend", b.Name(), "error", derr)
-	}
+	// A used sandbox is destroyed (or verifiably reset) by the pool, never
+	// handed to another tenant as it is; that happens after the result is
+	// recorded, off the caller's latency.
+	defer func() {
+		if rerr := lease.Release(); rerr != nil {
+			s.log.Error("release sandbox", "id", inv.ID, "backend", b.Name(), "error", rerr)
+		}
+	}()
+	res, err := lease.Run(j.ctx, inv)
 	if err != nil {
 		s.finish(j, store.Failed, nil, err, admitted)
 		return

@@ -29,6 +29,7 @@ import (
 	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/config"
 	"github.com/wovyr/wovyr/manager"
+	"github.com/wovyr/wovyr/pool"
 	"github.com/wovyr/wovyr/store"
 )
 
@@ -64,6 +65,7 @@ type Server struct {
 	mgr     *manager.Manager
 	store   *store.Store
 	adm     Admission
+	pools   *pool.Group
 	recs    []Reconciler
 	certify func(context.Context, string) (cert.Record, error)
 	log     *slog.Logger
@@ -117,7 +119,11 @@ func New(opts Options) (*Server, error) {
 			}})
 		}
 	}
+	if s.pools, err = newPools(cfg, s); err != nil {
+		return nil, err
+	}
 	s.met = newMetrics(s.adm.Queued)
+	s.met.reg.MustRegister(newPoolCollector(s.pools))
 	if f, ok := s.adm.(*Fair); ok {
 		s.met.reg.MustRegister(newTenantCollector(f.Stats))
 	}
@@ -165,8 +171,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	}
 	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
-	purgeDone := make(chan struct{})
+	purgeDone, poolsDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(purgeDone); s.purgeLoop(s.base) }()
+	go func() { defer close(poolsDone); s.poolLoop(s.base) }()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	s.ready.Store(true)
@@ -179,6 +186,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	}
 	s.shutdown(hs)
 	<-purgeDone
+	<-poolsDone
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}

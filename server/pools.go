@@ -1,0 +1,107 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/wovyr/wovyr/autoscale"
+	"github.com/wovyr/wovyr/config"
+	"github.com/wovyr/wovyr/manager"
+	"github.com/wovyr/wovyr/pool"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// reconcileEvery is how often the warm pools are topped up or trimmed.
+const reconcileEvery = 100 * time.Millisecond
+
+func newPools(cfg config.Config, s *Server) (*pool.Group, error) {
+	sizes := make([]pool.Sizing, 0, len(cfg.Pools))
+	for _, p := range cfg.Pools {
+		sizes = append(sizes, pool.Sizing{Backend: p.Backend, Template: p.Template, MaxLive: p.MaxLive,
+			Autoscale: autoscale.Config{Min: p.MinWarm, Max: p.MaxWarm}})
+	}
+	return pool.NewGroup(pool.GroupConfig{Sizes: sizes, Logger: s.log})
+}
+
+// acquire leases a sandbox for inv on b from the pool of (b, template),
+// creating that pool on first use with the manager's factory: the manager
+// stays the only path to Backend.Prepare.
+func (s *Server) acquire(ctx context.Context, b sandbox.Backend, inv *sandbox.Invocation) (*pool.Lease, error) {
+	tmpl := manager.TemplateFor(inv)
+	key := pool.KeyFor(b.Name(), tmpl)
+	p, ok := s.pools.Get(key)
+	if !ok {
+		var err error
+		if p, err = s.pools.Add(key, s.mgr.Factory(b, tmpl)); err != nil {
+			// Lost a race with another first use: take the winner's.
+			if p, ok = s.pools.Get(key); !ok {
+				return nil, err
+			}
+		}
+	}
+	return p.Acquire(ctx)
+}
+
+// poolLoop drives the pools' autoscaling until ctx ends, then closes them.
+func (s *Server) poolLoop(ctx context.Context) {
+	t := time.NewTicker(reconcileEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if err := s.pools.Close(context.WithoutCancel(ctx)); err != nil {
+				s.log.Error("close pools", "error", err)
+			}
+			return
+		case now := <-t.C:
+			if err := s.pools.Reconcile(ctx, now); err != nil && ctx.Err() == nil {
+				s.log.Warn("pool reconcile", "error", err)
+			}
+		}
+	}
+}
+
+// poolCollector exports every pool's counters, labelled by backend and
+// template.
+type poolCollector struct {
+	g                                            *pool.Group
+	hits, misses, warm, live, failures, breakers *prometheus.Desc
+}
+
+func newPoolCollector(g *pool.Group) *poolCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, []string{"backend", "template"}, nil)
+	}
+	return &poolCollector{g: g,
+		hits:     d("wovyr_pool_hits_total", "Acquires served by a warm sandbox."),
+		misses:   d("wovyr_pool_misses_total", "Acquires that had to prepare a sandbox cold."),
+		warm:     d("wovyr_pool_warm", "Warm, tenant-neutral sandboxes ready now."),
+		live:     d("wovyr_pool_live", "Live sandboxes (warm and in use)."),
+		failures: d("wovyr_pool_create_failures_total", "Sandbox creations that failed."),
+		breakers: d("wovyr_pool_breaker_open", "1 while the pool's create-failure breaker is not closed."),
+	}
+}
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.hits, c.misses, c.warm, c.live, c.failures, c.breakers} {
+		ch <- d
+	}
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, sn := range c.g.Snapshots() {
+		l := []string{sn.Key.Backend, sn.Key.Template}
+		open := 0.0
+		if sn.Breaker != autoscale.Closed {
+			open = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(sn.Hits), l...)
+		ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, float64(sn.Misses), l...)
+		ch <- prometheus.MustNewConstMetric(c.warm, prometheus.GaugeValue, float64(sn.Warm), l...)
+		ch <- prometheus.MustNewConstMetric(c.live, prometheus.GaugeValue, float64(sn.Live), l...)
+		ch <- prometheus.MustNewConstMetric(c.failures, prometheus.CounterValue, float64(sn.CreateFailures), l...)
+		ch <- prometheus.MustNewConstMetric(c.breakers, prometheus.GaugeValue, open, l...)
+	}
+}
