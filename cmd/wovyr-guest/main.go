@@ -16,8 +16,11 @@ import (
 )
 
 func main() {
+	if os.Args[0] == "/init" { // the kernel starts a microVM's initramfs init without arguments
+		os.Args = []string{os.Args[0], "init"}
+	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: wovyr-guest agent [--device PATH] | probe …")
+		fmt.Fprintln(os.Stderr, "usage: wovyr-guest agent [--device PATH] | init | probe …")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
@@ -25,6 +28,8 @@ func main() {
 	switch os.Args[1] {
 	case "agent":
 		os.Exit(agentMain(ctx, os.Args[2:]))
+	case "init":
+		os.Exit(initMain(ctx))
 	default:
 		fmt.Fprintf(os.Stderr, "wovyr-guest: unknown command %q\n", os.Args[1])
 		os.Exit(2)
