@@ -104,14 +104,20 @@ func (q *QEMU) Args(s *Spec) []string {
 		}
 		id := "d" + strconv.Itoa(i)
 		set := strconv.Itoa(i + 1)
+		a = append(a, "-add-fd", "fd="+strconv.Itoa(fd)+",set="+set)
+		fd++
+		if !d.ReadOnly {
+			// QEMU's block layer opens the image read-only before it takes
+			// write access; an fd set must offer both access modes.
+			a = append(a, "-add-fd", "fd="+strconv.Itoa(fd)+",set="+set)
+			fd++
+		}
 		a = append(a,
-			"-add-fd", "fd="+strconv.Itoa(fd)+",set="+set,
 			"-drive", "id="+id+",file=/dev/fdset/"+set+",format=raw,if=none,discard=ignore,readonly="+ro,
 			"-device", "virtio-blk-device,drive="+id+",serial="+d.Serial)
-		fd++
 	}
 	if len(s.Ports) > 0 {
-		a = append(a, "-device", "virtio-serial-device,max_ports="+strconv.Itoa(len(s.Ports)))
+		a = append(a, "-device", "virtio-serial-device,max_ports="+strconv.Itoa(len(s.Ports)+1)) // port 0 is reserved for a console
 		for i, p := range s.Ports {
 			id := "p" + strconv.Itoa(i)
 			a = append(a, "-chardev", "socket,id="+id+",fd="+strconv.Itoa(fd),
@@ -151,13 +157,15 @@ func openFiles(s *Spec) (files []*os.File, ports map[string]net.Conn, err error)
 		}
 	}
 	for _, d := range s.Disks {
-		flag := os.O_RDWR
-		if d.ReadOnly {
-			flag = os.O_RDONLY
-		}
-		if err := open(d.Path, flag); err != nil {
+		if err := open(d.Path, os.O_RDONLY); err != nil {
 			closeAll()
 			return nil, nil, err
+		}
+		if !d.ReadOnly {
+			if err := open(d.Path, os.O_RDWR); err != nil {
+				closeAll()
+				return nil, nil, err
+			}
 		}
 	}
 	ports = map[string]net.Conn{}
