@@ -38,11 +38,12 @@ var shared struct {
 	state string
 }
 
-func backend(t *testing.T) *Backend {
+func backend(t testing.TB) *Backend {
 	t.Helper()
 	e := env.Get(t)
 	shared.Do(func() {
 		shared.state, _ = os.MkdirTemp("", "wovyr-microvm-state-")
+		os.Chmod(shared.state, 0o700)
 		b, err := New(Config{StateDir: shared.state, ImageDir: e.Image.Dir})
 		if err != nil {
 			t.Fatal(err)
@@ -59,7 +60,7 @@ func backend(t *testing.T) *Backend {
 }
 
 // sibling returns a backend sharing b's probe but with other settings.
-func sibling(t *testing.T, b *Backend, mod func(*Config)) *Backend {
+func sibling(t testing.TB, b *Backend, mod func(*Config)) *Backend {
 	c := b.cfg
 	mod(&c)
 	nb := &Backend{cfg: c}
@@ -75,26 +76,30 @@ func inv(argv ...string) *sandbox.Invocation {
 	}
 }
 
-// assertClean checks that no VM of b survives: no per-VM directory, no
-// cgroup, no QEMU process named wovyr-*.
-func assertClean(t *testing.T, b *Backend) {
+// assertClean checks that nothing of the VMs whose names start with prefix
+// survives: no per-VM directory, no cgroup, no QEMU process.
+func assertClean(t *testing.T, b *Backend, prefix string) {
 	t.Helper()
-	left, _ := filepath.Glob(filepath.Join(vmsDir(b.cfg.StateDir), "*"))
+	left, _ := filepath.Glob(filepath.Join(vmsDir(b.cfg.StateDir), prefix+"*"))
 	if len(left) > 0 {
 		t.Errorf("files survive: %v", left)
 	}
 	for _, ctl := range []string{"memory", "pids", "cpu"} {
-		cgs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", ctl, vmm.CgroupParent, "*"))
-		for _, cg := range cgs {
-			if fi, err := os.Stat(cg); err == nil && fi.IsDir() {
-				t.Errorf("cgroup survives: %s", cg)
-			}
+		cgs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", ctl, vmm.CgroupParent, prefix+"*"))
+		if len(cgs) > 0 {
+			t.Errorf("cgroups survive: %v", cgs)
 		}
 	}
-	if ps := strayVMMs(); len(ps) > 0 {
-		t.Errorf("QEMU processes survive: %v", ps)
+	for _, pid := range strayVMMs() {
+		cmd, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		if bytes.Contains(cmd, []byte("\x00"+prefix)) {
+			t.Errorf("QEMU process survives: %d", pid)
+		}
 	}
 }
+
+// vmName is the name a sandbox's VM carries everywhere on the host.
+func vmName(s sandbox.Sandbox) string { return "wovyr-vm-" + s.(*vmSandbox).id }
 
 func TestProbeFallsBackToWorkingAccel(t *testing.T) {
 	b := backend(t)
@@ -106,7 +111,7 @@ func TestProbeFallsBackToWorkingAccel(t *testing.T) {
 		t.Errorf("version %q", c.Version)
 	}
 	t.Logf("accel=%s features=%v", c.Accel, c.Features)
-	assertClean(t, b)
+	assertClean(t, b, "wovyr-probe-")
 }
 
 func TestOneShotGuestKernelStdinEnvExit(t *testing.T) {
@@ -141,7 +146,7 @@ func TestOneShotGuestKernelStdinEnvExit(t *testing.T) {
 	if err := s.Destroy(ctx); err != nil {
 		t.Fatal(err)
 	}
-	assertClean(t, b)
+	assertClean(t, b, vmName(s))
 }
 
 // TestOneShotHungGuestKilledAtDeadline boots a guest whose init is a shell
@@ -172,7 +177,7 @@ func TestOneShotHungGuestKilledAtDeadline(t *testing.T) {
 		t.Fatalf("killed after %s, before the 4s deadline", el)
 	}
 	s.Destroy(ctx)
-	assertClean(t, b)
+	assertClean(t, b, vmName(s))
 }
 
 // TestWarmOOMInsideGuest runs over the warm control channel a job that
@@ -198,7 +203,7 @@ func TestWarmOOMInsideGuest(t *testing.T) {
 	if err := s.Destroy(ctx); err != nil {
 		t.Fatal(err)
 	}
-	assertClean(t, b)
+	assertClean(t, b, vmName(s))
 }
 
 func TestRefusesWhatItCannotEnforce(t *testing.T) {
@@ -223,7 +228,7 @@ func TestRefusesWhatItCannotEnforce(t *testing.T) {
 		t.Fatalf("wasm template: %v", err)
 	}
 	s.Destroy(ctx)
-	assertClean(t, b)
+	assertClean(t, b, vmName(s))
 }
 
 func TestGarbledResultDiskIsBackendFailure(t *testing.T) {
