@@ -220,7 +220,29 @@ func (q *QEMU) Start(ctx context.Context, s *Spec) (Machine, error) {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "open VM files")
 	}
 	m.ports = ports
-	cmd := exec.Command(q.binary(), q.Args(s)...)
+	bin, err := exec.LookPath(q.binary())
+	if err != nil {
+		m.closePorts()
+		closeFiles(files)
+		if cg != nil {
+			cg.remove()
+		}
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "find the VMM")
+	}
+	argv := append([]string{bin}, q.Args(s)...)
+	if !s.Limits.Unlimited {
+		pl, err := exec.LookPath("prlimit")
+		if err != nil {
+			m.closePorts()
+			closeFiles(files)
+			if cg != nil {
+				cg.remove()
+			}
+			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "find prlimit (util-linux)")
+		}
+		argv = append(append([]string{pl}, rlimitArgv(s)[1:]...), argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.ExtraFiles = files
 	cmd.Env = []string{} // nothing of wovyr's environment reaches the VMM
 	cmd.Dir = "/"
@@ -236,9 +258,7 @@ func (q *QEMU) Start(ctx context.Context, s *Spec) (Machine, error) {
 		cmd.SysProcAttr.Credential = cred
 	}
 	err = cmd.Start()
-	for _, f := range files { // QEMU holds its copies now
-		f.Close()
-	}
+	closeFiles(files) // QEMU holds its copies now
 	if err != nil {
 		if cg != nil {
 			cg.remove()
@@ -352,4 +372,33 @@ func (l *lockedCapped) Bytes() []byte {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return bytes.Clone(l.c.Bytes())
+}
+
+// rlimitArgv bounds the VMM's descriptors and the size of any file it
+// writes (a guest cannot grow a disk image beyond what wovyr created). It
+// is a prlimit(1) prefix that sets the limits on itself and execs QEMU: the
+// limits hold from QEMU's first instruction, and lowering one's own limits
+// needs no CAP_SYS_RESOURCE, which root may lack in a container.
+func rlimitArgv(s *Spec) []string {
+	nofile, fsize := s.Limits.NoFile, s.Limits.FileSize
+	if nofile == 0 {
+		nofile = 256
+	}
+	if fsize == 0 {
+		for _, d := range s.Disks {
+			if st, err := os.Stat(d.Path); err == nil && !d.ReadOnly && uint64(st.Size()) > fsize {
+				fsize = uint64(st.Size())
+			}
+		}
+		if fsize == 0 {
+			fsize = 1 << 20 // nothing to write; QEMU needs no large files
+		}
+	}
+	return []string{"prlimit", "--nofile=" + strconv.FormatUint(nofile, 10), "--fsize=" + strconv.FormatUint(fsize, 10), "--"}
+}
+
+func closeFiles(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,7 +77,18 @@ func TestBootUnprivilegedAndConfined(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Kill()
-	status, err := os.ReadFile(filepath.Join("/proc", itoa(m.Pid()), "status"))
+	proc := filepath.Join("/proc", itoa(m.Pid()))
+	for i := 0; i < 1000; i++ { // until prlimit has exec'd QEMU
+		if exe, _ := os.Readlink(filepath.Join(proc, "exe")); strings.Contains(exe, "qemu") {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	limits, _ := os.ReadFile(filepath.Join(proc, "limits"))
+	if !regexp.MustCompile(`Max open files\s+256\s+256`).Match(limits) || !regexp.MustCompile(`Max file size\s+1048576\s+1048576`).Match(limits) {
+		t.Errorf("VMM rlimits not set:\n%s", limits)
+	}
+	status, err := os.ReadFile(filepath.Join(proc, "status"))
 	if err != nil {
 		t.Fatal(err)
 	}

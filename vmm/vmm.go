@@ -52,9 +52,13 @@ type Port struct {
 // cgroup. Zero fields leave that controller unlimited, which Spec.Validate
 // refuses unless Unlimited is set (benchmarks of a bare VMM only).
 type Limits struct {
-	Memory    int64   // bytes: guest RAM plus the VMM's own overhead
-	Pids      int     // threads of the VMM process
-	CPUs      float64 // CPU bandwidth in cores (cfs quota)
+	Memory int64   // bytes: guest RAM plus the VMM's own overhead
+	Pids   int     // threads of the VMM process
+	CPUs   float64 // CPU bandwidth in cores (cfs quota)
+	// NoFile and FileSize are the VMM's RLIMIT_NOFILE and RLIMIT_FSIZE;
+	// zero: 256 descriptors and the largest writable disk's size.
+	NoFile    uint64
+	FileSize  uint64
 	Unlimited bool
 }
 
