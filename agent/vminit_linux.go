@@ -51,6 +51,9 @@ func VMInit(ctx context.Context) error {
 		return err
 	}
 	setupErr := enterRoot(disks[SerialRoot], disks[SerialScratch])
+	if setupErr == nil {
+		setupErr = prepareJobCgroup()
+	}
 	switch mode {
 	case ModeOneShot:
 		err = oneShot(ctx, disks[SerialJob], disks[SerialResult], setupErr)

@@ -141,15 +141,10 @@ func runVMJob(ctx context.Context, job VMJob, setupErr error) VMReply {
 	return rep
 }
 
-// enterJobCgroup moves the agent itself into a fresh cgroup with the job's
-// limits, so the job's processes start inside it. The agent's later
-// allocations (the capped output buffers) are charged there too, hence the
-// headroom; the VM's RAM and the host cgroup around QEMU remain the outer
-// bound.
-func enterJobCgroup(job VMJob) error {
-	if job.Memory == 0 && job.Pids == 0 {
-		return nil
-	}
+// prepareJobCgroup creates the job's cgroup at boot, before any tenant:
+// mounting cgroup2 and enabling controllers is slow under TCG and the same
+// for every job.
+func prepareJobCgroup() error {
 	const root = "/sys/fs/cgroup"
 	if _, err := os.Stat(root + "/cgroup.controllers"); err != nil {
 		_ = os.MkdirAll(root, 0o755)
@@ -162,6 +157,21 @@ func enterJobCgroup(job VMJob) error {
 	}
 	if err := os.Mkdir(jobCgroup, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
+	}
+	return nil
+}
+
+// enterJobCgroup sets the job's limits on its cgroup and moves the agent
+// itself into it, so the job's processes start inside. The agent's later
+// allocations (the capped output buffers) are charged there too, hence the
+// headroom; the VM's RAM and the host cgroup around QEMU remain the outer
+// bound.
+func enterJobCgroup(job VMJob) error {
+	if job.Memory == 0 && job.Pids == 0 {
+		return nil
+	}
+	if _, err := os.Stat(jobCgroup); err != nil {
+		return fmt.Errorf("job cgroup: %w", err)
 	}
 	if job.Memory > 0 {
 		limit := job.Memory + 2*job.Output + 16<<20

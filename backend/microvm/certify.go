@@ -147,11 +147,11 @@ func record(id int, name, tried string, good, bad []string, control string) Prob
 		Control: ctl, ControlCaught: len(bad) > 0}
 }
 
-// guestProbes run in fresh one-shot VMs: output flood (58), host artifacts
+// guestProbes run in fresh one-shot VMs: disk fill (52), output flood (58), host artifacts
 // (86) and block residue (92) with a reused scratch disk as the control.
 func (c *certifier) guestProbes(ctx context.Context) ([]ProbeRecord, error) {
 	canary := "WOVYR-CANARY-" + randomID()
-	sa, err := c.b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
+	sa, err := c.b.Prepare(ctx, probeTemplate)
 	if err != nil {
 		return nil, err
 	}
@@ -160,15 +160,18 @@ func (c *certifier) guestProbes(ctx context.Context) ([]ProbeRecord, error) {
 	perms := artifactPerms(a.dir)
 	in := &sandbox.Invocation{ID: "flood", Tenant: "probe-a", Policy: sandbox.Policy{Trust: sandbox.Hostile},
 		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Env: []string{"C=" + canary},
-			Argv: []string{"/bin/sh", "-c", `echo "$C" > /work/canary; echo "$C" > /tmp/canary; head -c 8000000 /dev/zero; head -c 8000000 /dev/zero >&2`}},
+			Argv: []string{"/bin/sh", "-c", `echo "$C" > /work/canary; echo "$C" > /tmp/canary; head -c 33554432 /dev/zero > /work/fill 2>/dev/null || echo ENOSPC; rm -f /work/fill; head -c 1000000 /dev/zero; head -c 1000000 /dev/zero >&2`}},
 		Limits: sandbox.Limits{Output: 64 << 10, Wall: time.Minute}}
 	res, err := a.Run(ctx, in)
 	if err != nil {
 		return nil, fmt.Errorf("probe 58: %w", err)
 	}
 	flood := floodFindings(res, 64<<10)
+	disk := diskFindings(res.Stdout)
+	// Control for 52: the check flags the output of a write that succeeded.
+	diskCtl := diskFindings(nil)
 	// Control for 58: an uncapped result of the same flood is flagged.
-	uncapped := floodFindings(&sandbox.Result{Stdout: make([]byte, 8000000), Stderr: make([]byte, 8000000)}, 64<<10)
+	uncapped := floodFindings(&sandbox.Result{Stdout: make([]byte, 1000000), Stderr: make([]byte, 1000000)}, 64<<10)
 	// Keep tenant A's scratch disk for the control before it is destroyed.
 	reused := filepath.Join(vmsDir(c.b.cfg.StateDir), "wovyr-vm-control-"+randomID()+".ext4")
 	if err := copyFile(a.scratch(), reused); err != nil {
@@ -202,8 +205,10 @@ func (c *certifier) guestProbes(ctx context.Context) ([]ProbeRecord, error) {
 		return nil, fmt.Errorf("probe 92 control: %w", err)
 	}
 	return []ProbeRecord{
-		record(58, "output flood", "8 MB to stdout and stderr with a 64 KiB cap", flood,
-			uncapped, "the same check on an uncapped 8 MB result"),
+		record(52, "disk fill", "write 32 MiB into the workspace of a VM with a 16 MiB disk limit", disk,
+			diskCtl, "the same check on the output of a write that did not fail"),
+		record(58, "output flood", "1 MB to stdout and to stderr with a 64 KiB cap", flood,
+			uncapped, "the same check on an uncapped 1 MB result"),
 		record(86, "host artifact scan", "modes of the per-VM files while a VM is prepared; templates and directory after Destroy",
 			perms, artifactPerms(weakDir), "a per-VM directory of 0755 with a 0644 disk"),
 		record(92, "block residue", "tenant B reads its raw scratch device for tenant A's canary",
@@ -214,7 +219,7 @@ func (c *certifier) guestProbes(ctx context.Context) ([]ProbeRecord, error) {
 // scanScratch runs a fresh VM that greps its raw scratch device for the
 // canary; scratch, if set, replaces its fresh scratch disk (the control).
 func (c *certifier) scanScratch(ctx context.Context, canary, scratch string) ([]string, error) {
-	s, err := c.b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
+	s, err := c.b.Prepare(ctx, probeTemplate)
 	if err != nil {
 		return nil, err
 	}
@@ -250,3 +255,16 @@ func floodFindings(res *sandbox.Result, limit int) []string {
 	}
 	return nil
 }
+
+// diskFindings checks probe 52's script output: the oversized write must
+// have failed (ENOSPC at the scratch disk's size).
+func diskFindings(stdout []byte) []string {
+	if !strings.HasPrefix(string(stdout), "ENOSPC\n") {
+		return []string{"32 MiB written to a 16 MiB scratch disk without ENOSPC"}
+	}
+	return nil
+}
+
+// probeTemplate keeps the in-guest probes small: under TCG every byte the
+// guest writes or scans costs.
+var probeTemplate = sandbox.Template{Kind: sandbox.KindCommand, Limits: sandbox.Limits{Disk: 16 << 20}}

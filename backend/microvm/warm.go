@@ -48,6 +48,15 @@ func (s *vmSandbox) bootWarm(ctx context.Context) error {
 		m.Kill()
 		return sandbox.Wrap(sandbox.BackendFailure, err, "warm VM %s did not become ready; console: %s", s.id, tail(m.Console(), 1024))
 	}
+	// Warm the guest up with a no-op exec before any tenant: the first exec
+	// pays for translating the kernel's exec path and paging in the root
+	// disk (hundreds of ms under TCG). Its outcome does not matter.
+	var warmRep agent.VMReply
+	warmJob := agent.VMJob{Job: agent.Job{ID: "warmup", Argv: []string{"true"}, Dir: agent.GuestWorkDir, Output: 1 << 10}}
+	if err := roundTrip(conn, deadline, warmJob, &warmRep, 1<<20); err != nil {
+		m.Kill()
+		return sandbox.Wrap(sandbox.BackendFailure, err, "warm VM %s failed its warm-up job", s.id)
+	}
 	s.m, s.conn, s.readyAt = m, conn, rep.Boot
 	return nil
 }
