@@ -10,8 +10,8 @@ import (
 	"strings"
 )
 
-// MakeExt4 builds an ext4 filesystem image of sizeBytes at dst, populated
-// from src when src is not empty. No journal: the root disk is read-only and
+// MakeExt4 builds an ext4 filesystem image of sizeBytes at dst (mode 0600
+// when it creates it), populated from src when src is not empty. No journal: the root disk is read-only and
 // the scratch disk is thrown away with the VM, so a journal only costs boot
 // time (and replay of a guest-written journal is host-side attack surface
 // nobody needs).
@@ -19,7 +19,7 @@ func MakeExt4(ctx context.Context, src, dst, label string, sizeBytes int64) erro
 	if sizeBytes < 1<<20 {
 		return fmt.Errorf("vmimage: ext4 image of %d bytes is too small", sizeBytes)
 	}
-	f, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("vmimage: %w", err)
 	}

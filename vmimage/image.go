@@ -124,6 +124,9 @@ func buildRootDisk(ctx context.Context, o Options, dst string) error {
 	if err := MakeExt4(ctx, src, tmp, "wovyr-root", size); err != nil {
 		return err
 	}
+	if err := os.Chmod(tmp, 0o644); err != nil {
+		return err
+	}
 	return os.Rename(tmp, dst)
 }
 

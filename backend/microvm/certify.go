@@ -151,7 +151,7 @@ func record(id int, name, tried string, good, bad []string, control string) Prob
 // (86) and block residue (92) with a reused scratch disk as the control.
 func (c *certifier) guestProbes(ctx context.Context) ([]ProbeRecord, error) {
 	canary := "WOVYR-CANARY-" + randomID()
-	sa, err := c.b.Prepare(ctx, probeTemplate)
+	sa, err := c.b.Prepare(ctx, probeTemplate())
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +161,7 @@ func (c *certifier) guestProbes(ctx context.Context) ([]ProbeRecord, error) {
 	in := &sandbox.Invocation{ID: "flood", Tenant: "probe-a", Policy: sandbox.Policy{Trust: sandbox.Hostile},
 		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Env: []string{"C=" + canary},
 			Argv: []string{"/bin/sh", "-c", `echo "$C" > /work/canary; echo "$C" > /tmp/canary; head -c 33554432 /dev/zero > /work/fill 2>/dev/null || echo ENOSPC; rm -f /work/fill; head -c 1000000 /dev/zero; head -c 1000000 /dev/zero >&2`}},
-		Limits: sandbox.Limits{Output: 64 << 10, Wall: time.Minute}}
+		Limits: sandbox.Limits{Output: 64 << 10, Wall: time.Minute, Disk: 16 << 20}}
 	res, err := a.Run(ctx, in)
 	if err != nil {
 		return nil, fmt.Errorf("probe 58: %w", err)
@@ -219,7 +219,7 @@ func (c *certifier) guestProbes(ctx context.Context) ([]ProbeRecord, error) {
 // scanScratch runs a fresh VM that greps its raw scratch device for the
 // canary; scratch, if set, replaces its fresh scratch disk (the control).
 func (c *certifier) scanScratch(ctx context.Context, canary, scratch string) ([]string, error) {
-	s, err := c.b.Prepare(ctx, probeTemplate)
+	s, err := c.b.Prepare(ctx, probeTemplate())
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +233,7 @@ func (c *certifier) scanScratch(ctx context.Context, canary, scratch string) ([]
 	in := &sandbox.Invocation{ID: "scan", Tenant: "probe-b", Policy: sandbox.Policy{Trust: sandbox.Hostile},
 		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Env: []string{"C=" + canary},
 			Argv: []string{"/bin/sh", "-c", `for d in /sys/block/vd*; do [ "$(cat $d/serial)" = ` + agent.SerialScratch + ` ] && grep -a -c "$C" /dev/${d##*/}; done; true`}},
-		Limits: sandbox.Limits{Wall: 2 * time.Minute}}
+		Limits: sandbox.Limits{Wall: 2 * time.Minute, Disk: 16 << 20}}
 	res, err := vs.Run(ctx, in)
 	if err != nil {
 		return nil, err
@@ -267,4 +267,6 @@ func diskFindings(stdout []byte) []string {
 
 // probeTemplate keeps the in-guest probes small: under TCG every byte the
 // guest writes or scans costs.
-var probeTemplate = sandbox.Template{Kind: sandbox.KindCommand, Limits: sandbox.Limits{Disk: 16 << 20}}
+func probeTemplate() sandbox.Template {
+	return sandbox.Template{Kind: sandbox.KindCommand, Limits: sandbox.Limits{Disk: 16 << 20}}
+}

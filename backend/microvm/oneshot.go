@@ -12,6 +12,7 @@ import (
 
 	"github.com/wovyr/wovyr/agent"
 	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/vmimage"
 	"github.com/wovyr/wovyr/vmm"
 )
 
@@ -20,6 +21,12 @@ import (
 // disk.
 func (s *vmSandbox) runOneShot(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Result, error) {
 	l := inv.Limits.WithDefaults()
+	if l.Disk != s.limit.Disk {
+		// The VM is not booted yet: size the scratch disk for this invocation.
+		if err := vmimage.MakeExt4(ctx, "", s.scratch(), "wovyr-scratch", max(l.Disk, 16<<20)); err != nil {
+			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "scratch disk")
+		}
+	}
 	job := vmJob(inv, l)
 	jobDisk, resultDisk := filepath.Join(s.dir, "job.img"), filepath.Join(s.dir, "result.img")
 	if err := writeJobDisk(jobDisk, job); err != nil {

@@ -78,10 +78,6 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 		undo()
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "scratch disk")
 	}
-	if err := os.Chmod(s.scratch(), 0o600); err != nil {
-		undo()
-		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "scratch disk")
-	}
 	if b.cfg.Warm {
 		if err := s.bootWarm(ctx); err != nil {
 			undo()

@@ -69,6 +69,9 @@ func (s *vmSandbox) runWarm(ctx context.Context, inv *sandbox.Invocation) (*sand
 	if l.Memory > s.limit.Memory {
 		return nil, sandbox.Errorf(sandbox.Unenforceable, "limits.memory", "invocation needs %d bytes; this warm VM was sized for %d", l.Memory, s.limit.Memory)
 	}
+	if l.Disk > s.limit.Disk {
+		return nil, sandbox.Errorf(sandbox.Unenforceable, "limits.disk", "invocation needs %d bytes of disk; this warm VM has %d", l.Disk, s.limit.Disk)
+	}
 	job := vmJob(inv, l)
 	res := &sandbox.Result{ID: inv.ID, Backend: s.b.Name(), Accel: string(s.p.accel)}
 	res.Timings.Started = time.Now()
