@@ -33,6 +33,11 @@ func VMInit(ctx context.Context) error {
 	console := openConsole()
 	defer powerOff()
 	mode := cmdlineValue(CmdlineMode)
+	stage := func(string) {}
+	if cmdlineValue(CmdlineDebug) == "1" {
+		stage = func(name string) { fmt.Fprintf(console, "wovyr-guest: %s at %v\n", name, uptime()) }
+	}
+	stage("init")
 	if mode == ModeMarker {
 		fmt.Fprintln(console, ReadyMarker)
 		return nil
@@ -41,6 +46,7 @@ func VMInit(ctx context.Context) error {
 		fmt.Fprintln(console, "wovyr-guest init:", err)
 		return err
 	}
+	stage("modules loaded")
 	need := []string{SerialRoot, SerialScratch}
 	if mode == ModeOneShot {
 		need = append(need, SerialJob, SerialResult)
@@ -50,10 +56,13 @@ func VMInit(ctx context.Context) error {
 		fmt.Fprintln(console, "wovyr-guest init:", err)
 		return err
 	}
+	stage("disks found")
 	setupErr := enterRoot(disks[SerialRoot], disks[SerialScratch])
+	stage("root mounted")
 	if setupErr == nil {
 		setupErr = prepareJobCgroup()
 	}
+	stage("cgroup ready")
 	switch mode {
 	case ModeOneShot:
 		err = oneShot(ctx, disks[SerialJob], disks[SerialResult], setupErr)
@@ -62,6 +71,7 @@ func VMInit(ctx context.Context) error {
 	default:
 		err = fmt.Errorf("unknown %s=%q", CmdlineMode, mode)
 	}
+	stage("done")
 	if err != nil {
 		fmt.Fprintln(console, "wovyr-guest init:", err)
 	}

@@ -23,6 +23,8 @@ const (
 
 	// CmdlineMode is the kernel command-line key selecting the guest mode.
 	CmdlineMode = "wovyr.mode"
+	// CmdlineDebug=1 makes the guest print its boot stages on the console.
+	CmdlineDebug = "wovyr.debug"
 
 	// Guest modes.
 	ModeOneShot = "oneshot" // run the job disk's job, write the result disk, power off
