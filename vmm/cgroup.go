@@ -184,37 +184,32 @@ func readPids(file string) []int {
 	return out
 }
 
-// ReconcileCgroups kills every process left in wovyr-microvm cgroups and
-// removes them: VMM processes of a previous, crashed wovyr. It touches
-// nothing outside CgroupParent.
-func ReconcileCgroups() error {
-	var parents []string
+// RemoveCgroup kills every process left in the VMM cgroup called name
+// (e.g. "wovyr-vm-<id>": a VM of a crashed wovyr) and removes it, in every
+// hierarchy. A cgroup that does not exist is not an error.
+func RemoveCgroup(name string) error {
+	if !strings.HasPrefix(name, "wovyr-") || strings.ContainsAny(name, "/.") {
+		return fmt.Errorf("vmm: %q is not a wovyr VM cgroup", name)
+	}
+	var dirs []string
 	if unified() {
-		parents = []string{filepath.Join(cgroupRoot, CgroupParent)}
+		dirs = []string{filepath.Join(cgroupRoot, CgroupParent, name)}
 	} else {
 		for _, ctl := range []string{"memory", "pids", "cpu"} {
-			parents = append(parents, filepath.Join(cgroupRoot, ctl, CgroupParent))
+			dirs = append(dirs, filepath.Join(cgroupRoot, ctl, CgroupParent, name))
 		}
 	}
-	var errs []error
-	for _, parent := range parents {
-		ents, err := os.ReadDir(parent)
-		if err != nil {
-			continue
-		}
-		for _, e := range ents {
-			if !e.IsDir() {
-				continue
-			}
-			cg := &cgroup{dirs: []string{filepath.Join(parent, e.Name())}}
-			if err := cg.killAll(5 * time.Second); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			if err := cg.remove(); err != nil {
-				errs = append(errs, err)
-			}
+	cg := &cgroup{}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err == nil {
+			cg.dirs = append(cg.dirs, d)
 		}
 	}
-	return errors.Join(errs...)
+	if len(cg.dirs) == 0 {
+		return nil
+	}
+	if err := cg.killAll(5 * time.Second); err != nil {
+		return err
+	}
+	return cg.remove()
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -142,6 +143,12 @@ func (b *Backend) accelCandidates() []vmm.Accel {
 // waits for the marker on the console.
 func (b *Backend) markerBoot(ctx context.Context, p *probed, a vmm.Accel, timeout time.Duration) error {
 	spec := b.spec(p, a, "probe-"+randomID(), agent.ModeMarker, 128<<20)
+	// The per-VM entry lets Reconcile find this VM should wovyr crash now.
+	entry := filepath.Join(vmsDir(b.cfg.StateDir), "wovyr-"+spec.ID)
+	if err := os.MkdirAll(entry, 0o700); err != nil {
+		return err
+	}
+	defer os.RemoveAll(entry)
 	m, err := b.cfg.VMM.Start(ctx, spec)
 	if err != nil {
 		return err

@@ -78,12 +78,12 @@ func (c *certifier) posture(ctx context.Context) ([]ProbeRecord, error) {
 	vs := s.(*vmSandbox)
 	good := inspect(vs.m.Pid(), []string{c.p.image.Dir, vs.dir})
 
-	weak := c.b.spec(c.p, c.p.accel, "weak-"+randomID(), agent.ModeWarm, 128<<20)
+	weak := c.b.spec(c.p, c.p.accel, "vm-control-"+randomID(), agent.ModeWarm, 128<<20)
 	weak.UID, weak.GID, weak.AllowRoot, weak.NoSandbox = 0, 0, true, true
 	weak.Limits = vmm.Limits{Unlimited: true}
 	weak.Ports = []vmm.Port{{Name: agent.PortControl}}
-	wdir, err := os.MkdirTemp(vmsDir(c.b.cfg.StateDir), "wovyr-vm-control-")
-	if err != nil {
+	wdir := filepath.Join(vmsDir(c.b.cfg.StateDir), "wovyr-"+weak.ID)
+	if err := os.MkdirAll(wdir, 0o700); err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(wdir)

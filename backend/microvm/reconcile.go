@@ -13,34 +13,37 @@ import (
 	"github.com/wovyr/wovyr/vmm"
 )
 
-// Reconcile removes what a previous wovyr left behind: VMM processes in
-// wovyr-microvm cgroups and those cgroups, QEMU processes named wovyr-*
-// outside them, and per-VM directories under stateDir. Call it at start-up,
-// before any VM of this process exists; it touches nothing else.
+// Reconcile removes what a crashed wovyr using stateDir left behind. Every
+// VM (sandbox, probe or battery control) has a per-VM entry named like its
+// VM in stateDir/microvm, removed only after the VM is gone; for each one
+// left, Reconcile kills the VM's cgroup and any QEMU process of that name,
+// then removes the entry. VMs of other state directories are not touched,
+// so a second wovyr (or a parallel test) on the same host is safe.
 func Reconcile(ctx context.Context, stateDir string) error {
+	entries, _ := filepath.Glob(filepath.Join(vmsDir(stateDir), "wovyr-*"))
 	var errs []error
-	if err := vmm.ReconcileCgroups(); err != nil {
-		errs = append(errs, err)
-	}
-	for _, pid := range strayVMMs() {
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			errs = append(errs, err)
-		}
-	}
-	dirs, _ := filepath.Glob(filepath.Join(vmsDir(stateDir), "wovyr-vm-*"))
-	for _, d := range dirs {
+	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		if err := os.RemoveAll(d); err != nil {
+		name := strings.TrimSuffix(filepath.Base(e), ".ext4")
+		if err := vmm.RemoveCgroup(name); err != nil {
+			errs = append(errs, err)
+		}
+		for _, pid := range vmmProcesses(func(n string) bool { return n == name }) {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+				errs = append(errs, err)
+			}
+		}
+		if err := os.RemoveAll(e); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// strayVMMs finds QEMU processes whose -name is wovyr-*: started by wovyr.
-func strayVMMs() []int {
+// vmmProcesses finds QEMU processes whose -name matches.
+func vmmProcesses(match func(name string) bool) []int {
 	ents, _ := os.ReadDir("/proc")
 	var out []int
 	for _, e := range ents {
@@ -56,7 +59,7 @@ func strayVMMs() []int {
 		if len(args) < 3 || !strings.HasPrefix(filepath.Base(string(args[0])), "qemu-system") {
 			continue
 		}
-		if string(args[1]) == "-name" && strings.HasPrefix(string(args[2]), "wovyr-") {
+		if string(args[1]) == "-name" && match(string(args[2])) {
 			out = append(out, pid)
 		}
 	}
