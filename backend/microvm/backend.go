@@ -91,11 +91,12 @@ func (b *Backend) doProbe(ctx context.Context) (*probed, error) {
 	if err != nil {
 		return nil, err
 	}
-	uid, gid, err := ensureUser(ctx, b.cfg.User)
-	if err != nil {
-		return nil, err
+	p := &probed{image: im}
+	if b.cfg.SharedUser {
+		if p.uid, p.gid, err = ensureUser(ctx, b.cfg.User); err != nil {
+			return nil, err
+		}
 	}
-	p := &probed{image: im, uid: uid, gid: gid}
 	var why []string
 	for _, a := range b.accelCandidates() {
 		timeout := b.cfg.bootTimeout(a)
@@ -149,6 +150,12 @@ func (b *Backend) markerBoot(ctx context.Context, p *probed, a vmm.Accel, timeou
 		return err
 	}
 	defer os.RemoveAll(entry)
+	uid, gid, release, err := b.vmUser(p)
+	if err != nil {
+		return err
+	}
+	defer release()
+	spec.UID, spec.GID = uid, gid
 	m, err := b.cfg.VMM.Start(ctx, spec)
 	if err != nil {
 		return err
@@ -165,7 +172,8 @@ func (b *Backend) markerBoot(ctx context.Context, p *probed, a vmm.Accel, timeou
 	return nil
 }
 
-// spec is the hardened VM spec shared by every boot.
+// spec is the hardened VM spec shared by every boot; the caller sets the
+// VM's credentials (vmUser).
 func (b *Backend) spec(p *probed, a vmm.Accel, id, mode string, guestMem int64) *vmm.Spec {
 	return &vmm.Spec{
 		ID: id, Kernel: p.image.Vmlinux(), Initrd: p.image.Initramfs(),
@@ -183,7 +191,8 @@ func (b *Backend) spec(p *probed, a vmm.Accel, id, mode string, guestMem int64) 
 func (b *Backend) configHash(version string, p *probed) string {
 	h := sha256.New()
 	spec := b.spec(p, p.accel, "hash", "hash", 0)
-	fmt.Fprintln(h, version, p.image.Digest, p.accel, p.uid, vmm.SandboxOpts, spec.Limits.Pids)
+	spec.UID, spec.GID = b.cfg.UIDBase, b.cfg.UIDBase
+	fmt.Fprintln(h, version, p.image.Digest, p.accel, b.cfg.SharedUser, p.uid, b.cfg.UIDBase, b.cfg.UIDCount, vmm.SandboxOpts, spec.Limits.Pids)
 	if q, ok := b.cfg.VMM.(*vmm.QEMU); ok {
 		fmt.Fprintln(h, strings.Join(q.Args(spec), " "))
 	}

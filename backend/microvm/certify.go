@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -113,7 +114,45 @@ func (c *certifier) posture(ctx context.Context) ([]ProbeRecord, error) {
 	defer root.Close()
 	self := inspect(os.Getpid(), nil)
 
+	// Probe 49: the VMM runs as its sandbox's own uid, which no other
+	// sandbox shares; the control is the shared-account configuration.
+	uids := func(be *Backend, observed int) []string {
+		s1, err := be.Prepare(ctx, probeTemplate())
+		if err != nil {
+			return []string{err.Error()}
+		}
+		defer s1.Destroy(context.WithoutCancel(ctx))
+		var bad []string
+		if u := s1.(*vmSandbox).uid; int(u) == observed {
+			bad = append(bad, fmt.Sprintf("two sandboxes share uid %d", u))
+		}
+		return bad
+	}
+	qemuUID := -1
+	if f := strings.Fields(statusFields(filepath.Join("/proc", strconv.Itoa(vs.m.Pid()), "status"))["Uid"]); len(f) > 0 {
+		qemuUID, _ = strconv.Atoi(f[0])
+	}
+	distinct := uids(c.b, qemuUID)
+	if qemuUID != int(vs.uid) {
+		distinct = append(distinct, fmt.Sprintf("QEMU runs as %d, not its sandbox's uid %d", qemuUID, vs.uid))
+	}
+	shared := &Backend{cfg: c.b.cfg}
+	shared.cfg.SharedUser = true
+	sp := *c.p
+	if sp.uid, sp.gid, err = ensureUser(ctx, shared.cfg.User); err != nil {
+		return nil, err
+	}
+	shared.probe = &sp
+	s0, err := shared.Prepare(ctx, probeTemplate())
+	if err != nil {
+		return nil, err
+	}
+	sharedBad := uids(shared, int(s0.(*vmSandbox).uid))
+	s0.Destroy(ctx)
+
 	recs := []ProbeRecord{
+		record(49, "per-VM host uid", "compare the VMM's uid with its sandbox's and with a concurrent sandbox's",
+			distinct, sharedBad, "every VM as the shared wovyr-vm account"),
 		record(1, "creds, caps, NNP, seccomp of every VMM thread", "read /proc/<qemu>/task/*/status",
 			good.creds, bad.creds, "QEMU as root without -sandbox"),
 		record(4, "host FD table", "classify readlink /proc/<qemu>/fd/*",

@@ -28,8 +28,17 @@ type Config struct {
 	// adds to an invocation's wall limit before it kills a silent guest;
 	// zero: 60 s under TCG, 10 s under KVM.
 	BootTimeout time.Duration
-	// User is the unprivileged account QEMU runs as; it is created (a
-	// system user without login) if absent. Zero: "wovyr-vm".
+	// UIDBase and UIDCount are the host uid range VMs run in, one uid and
+	// gid of its own per VM, so a compromised VMM cannot signal or trace
+	// another. The range must be used by nothing else on the host (nor by
+	// another wovyr state directory). Zero: 2113929216 (0x7e000000) and
+	// 65536.
+	UIDBase, UIDCount uint32
+	// SharedUser runs every VM as User instead (weaker; the battery's
+	// control for probe 49).
+	SharedUser bool
+	// User is the shared account for SharedUser; it is created (a system
+	// user without login) if absent. Zero: "wovyr-vm".
 	User string
 	// Warm makes Prepare boot the VM and Run use the control port.
 	Warm bool
@@ -60,6 +69,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.KVMProbeTimeout == 0 {
 		c.KVMProbeTimeout = 10 * time.Second
+	}
+	if c.UIDBase == 0 {
+		c.UIDBase = 0x7e000000
+	}
+	if c.UIDCount == 0 {
+		c.UIDCount = 65536
+	}
+	if uint64(c.UIDBase)+uint64(c.UIDCount) > 0xfffffffe || c.UIDBase < 1000 {
+		return c, fmt.Errorf("microvm: VM uid range %d+%d is not usable", c.UIDBase, c.UIDCount)
 	}
 	if c.User == "" {
 		c.User = DefaultUser

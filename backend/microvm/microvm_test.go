@@ -303,3 +303,37 @@ func TestReconcileRemovesLeftovers(t *testing.T) {
 		t.Errorf("reconcile removed another state directory's VM cgroup: %v", err)
 	}
 }
+
+// TestCertify runs the battery's microVM probes with their positive
+// controls (five boots).
+func TestCertify(t *testing.T) {
+	b := backend(t)
+	recs, err := Certify(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[int]bool{}
+	for _, r := range recs {
+		ids[r.Probe] = true
+		t.Logf("probe %d %s: pass=%v observed=%q control=%q caught=%v waiver=%q", r.Probe, r.Name, r.Pass, r.Observed, r.Control, r.ControlCaught, r.Waiver)
+		if !r.Pass && r.Waiver == "" {
+			t.Errorf("probe %d (%s) failed: %s", r.Probe, r.Name, r.Observed)
+		}
+		if !r.ControlCaught {
+			t.Errorf("probe %d (%s): the weakened control was not caught: %s", r.Probe, r.Name, r.Control)
+		}
+		if r.Accel != string(b.probe.accel) || r.Backend != "microvm" {
+			t.Errorf("probe %d: accel %q backend %q", r.Probe, r.Accel, r.Backend)
+		}
+	}
+	for _, id := range []int{1, 4, 5, 6, 7, 49, 52, 58, 86, 92} {
+		if !ids[id] {
+			t.Errorf("probe %d missing", id)
+		}
+	}
+	assertClean(t, b, "wovyr-vm-")
+	assertClean(t, b, "wovyr-probe-")
+	if left, _ := filepath.Glob(filepath.Join(vmsDir(b.cfg.StateDir), "wovyr-uid-*")); len(left) > 0 {
+		t.Errorf("uid claims survive: %v", left)
+	}
+}

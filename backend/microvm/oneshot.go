@@ -40,6 +40,7 @@ func (s *vmSandbox) runOneShot(ctx context.Context, inv *sandbox.Invocation) (*s
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "result disk")
 	}
 	spec := s.b.spec(s.p, s.p.accel, "vm-"+s.id, agent.ModeOneShot, l.Memory+s.b.cfg.GuestOverhead)
+	spec.UID, spec.GID = s.uid, s.gid
 	spec.Disks = []vmm.Disk{
 		{Path: s.p.image.RootDisk(), Serial: agent.SerialRoot, ReadOnly: true},
 		{Path: s.scratch(), Serial: agent.SerialScratch},

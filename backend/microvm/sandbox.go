@@ -44,6 +44,9 @@ type vmSandbox struct {
 	m       vmm.Machine // warm: the running VM
 	conn    net.Conn    // warm: the control port
 	readyAt time.Duration
+
+	uid, gid   uint32
+	releaseUID func()
 }
 
 // Prepare implements sandbox.Backend: the per-VM directory and scratch
@@ -74,6 +77,11 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "create VM directory")
 	}
 	cleanup = append(cleanup, func() { os.RemoveAll(s.dir) })
+	if s.uid, s.gid, s.releaseUID, err = b.vmUser(p); err != nil {
+		undo()
+		return nil, err
+	}
+	cleanup = append(cleanup, s.releaseUID)
 	if err := vmimage.MakeExt4(ctx, "", s.scratch(), "wovyr-scratch", max(s.limit.Disk, 16<<20)); err != nil {
 		undo()
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "scratch disk")
@@ -130,10 +138,15 @@ func (s *vmSandbox) Destroy(ctx context.Context) error {
 		s.conn.Close()
 	}
 	if s.m != nil {
-		errs = append(errs, s.m.Kill())
+		if err := s.m.Kill(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := os.RemoveAll(s.dir); err != nil {
 		errs = append(errs, err)
+	}
+	if s.releaseUID != nil && len(errs) == 0 {
+		s.releaseUID() // only once the VM is gone; else Reconcile frees it
 	}
 	return errors.Join(errs...)
 }

@@ -2,11 +2,18 @@ package microvm
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/wovyr/wovyr/sandbox"
 )
 
 // ensureUser returns the uid and gid of the VMM account, creating it as a
@@ -30,4 +37,43 @@ func ensureUser(ctx context.Context, name string) (uid, gid uint32, err error) {
 		return 0, 0, fmt.Errorf("microvm: user %s has uid %s gid %s; it must be unprivileged", name, u.Uid, u.Gid)
 	}
 	return uint32(id), uint32(g), nil
+}
+
+// claimUID reserves one uid of [base, base+count) for a VM by creating its
+// entry in the VMs directory (atomic: mkdir), so no two VMs of this state
+// directory share a uid. The entry is named for Reconcile; release removes
+// it once the VM is gone.
+func claimUID(stateDir string, base, count uint32) (uid uint32, release func(), err error) {
+	dir := vmsDir(stateDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return 0, nil, err
+	}
+	var r [4]byte
+	rand.Read(r[:])
+	start := binary.BigEndian.Uint32(r[:]) % count
+	for i := range count {
+		u := base + (start+i)%count
+		p := filepath.Join(dir, "wovyr-uid-"+strconv.FormatUint(uint64(u), 10))
+		err := os.Mkdir(p, 0o700)
+		if err == nil {
+			return u, func() { os.Remove(p) }, nil
+		}
+		if !errors.Is(err, os.ErrExist) {
+			return 0, nil, fmt.Errorf("microvm: claim uid: %w", err)
+		}
+	}
+	return 0, nil, fmt.Errorf("microvm: all %d VM uids from %d are in use", count, base)
+}
+
+// vmUser returns the credentials for one VM: a uid and gid of its own
+// (BATTERY probe 49), or the shared account with Config.SharedUser.
+func (b *Backend) vmUser(p *probed) (uid, gid uint32, release func(), err error) {
+	if b.cfg.SharedUser {
+		return p.uid, p.gid, func() {}, nil
+	}
+	u, rel, err := claimUID(b.cfg.StateDir, b.cfg.UIDBase, b.cfg.UIDCount)
+	if err != nil {
+		return 0, 0, nil, sandbox.Wrap(sandbox.BackendFailure, err, "VM credentials")
+	}
+	return u, u, rel, nil
 }

@@ -22,6 +22,7 @@ const warmGrace = 5 * time.Second
 // answers a ping on the control port: ready means answered, not started.
 func (s *vmSandbox) bootWarm(ctx context.Context) error {
 	spec := s.b.spec(s.p, s.p.accel, "vm-"+s.id, agent.ModeWarm, s.limit.Memory+s.b.cfg.GuestOverhead)
+	spec.UID, spec.GID = s.uid, s.gid
 	spec.Disks = []vmm.Disk{
 		{Path: s.p.image.RootDisk(), Serial: agent.SerialRoot, ReadOnly: true},
 		{Path: s.scratch(), Serial: agent.SerialScratch},
