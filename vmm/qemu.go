@@ -200,12 +200,24 @@ func (q *QEMU) Start(ctx context.Context, s *Spec) (Machine, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	argv, err := q.argv(s)
+	if err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "find the VMM")
+	}
+	// Rollback stack: undone in reverse unless the VMM starts.
+	var undo []func()
+	fail := func(err error, what string) (Machine, error) {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s", what)
+	}
 	var cg *cgroup
-	var err error
 	if !s.Limits.Unlimited {
 		if cg, err = newCgroup("wovyr-"+s.ID, s.Limits); err != nil {
-			return nil, err
+			return fail(err, "VMM cgroup")
 		}
+		undo = append(undo, func() { cg.remove() })
 	}
 	keep := s.ConsoleBytes
 	if keep == 0 {
@@ -214,34 +226,10 @@ func (q *QEMU) Start(ctx context.Context, s *Spec) (Machine, error) {
 	m := &machine{cg: cg, done: make(chan struct{}), console: &lockedCapped{c: sandbox.Capped{Limit: keep}}, log: q.logger().With("vm", s.ID)}
 	files, ports, err := openFiles(s)
 	if err != nil {
-		if cg != nil {
-			cg.remove()
-		}
-		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "open VM files")
+		return fail(err, "open VM files")
 	}
 	m.ports = ports
-	bin, err := exec.LookPath(q.binary())
-	if err != nil {
-		m.closePorts()
-		closeFiles(files)
-		if cg != nil {
-			cg.remove()
-		}
-		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "find the VMM")
-	}
-	argv := append([]string{bin}, q.Args(s)...)
-	if !s.Limits.Unlimited {
-		pl, err := exec.LookPath("prlimit")
-		if err != nil {
-			m.closePorts()
-			closeFiles(files)
-			if cg != nil {
-				cg.remove()
-			}
-			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "find prlimit (util-linux)")
-		}
-		argv = append(append([]string{pl}, rlimitArgv(s)[1:]...), argv...)
-	}
+	undo = append(undo, m.closePorts)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.ExtraFiles = files
 	cmd.Env = []string{} // nothing of wovyr's environment reaches the VMM
@@ -260,11 +248,7 @@ func (q *QEMU) Start(ctx context.Context, s *Spec) (Machine, error) {
 	err = cmd.Start()
 	closeFiles(files) // QEMU holds its copies now
 	if err != nil {
-		if cg != nil {
-			cg.remove()
-		}
-		m.closePorts()
-		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "start %s", q.binary())
+		return fail(err, "start "+argv[0])
 	}
 	m.cmd = cmd
 	m.started = time.Now()
@@ -282,6 +266,24 @@ func (q *QEMU) Start(ctx context.Context, s *Spec) (Machine, error) {
 	}
 	m.log.Debug("vm started", "pid", cmd.Process.Pid, "accel", s.Accel)
 	return m, nil
+}
+
+// argv is the full command: QEMU by absolute path, behind the prlimit
+// prefix unless the spec is unlimited.
+func (q *QEMU) argv(s *Spec) ([]string, error) {
+	bin, err := exec.LookPath(q.binary())
+	if err != nil {
+		return nil, err
+	}
+	argv := append([]string{bin}, q.Args(s)...)
+	if s.Limits.Unlimited {
+		return argv, nil
+	}
+	pl, err := exec.LookPath("prlimit")
+	if err != nil {
+		return nil, fmt.Errorf("prlimit (util-linux): %w", err)
+	}
+	return append(append([]string{pl}, rlimitArgs(s)...), argv...), nil
 }
 
 type machine struct {
@@ -374,12 +376,12 @@ func (l *lockedCapped) Bytes() []byte {
 	return bytes.Clone(l.c.Bytes())
 }
 
-// rlimitArgv bounds the VMM's descriptors and the size of any file it
+// rlimitArgs bound the VMM's descriptors and the size of any file it
 // writes (a guest cannot grow a disk image beyond what wovyr created). It
 // is a prlimit(1) prefix that sets the limits on itself and execs QEMU: the
 // limits hold from QEMU's first instruction, and lowering one's own limits
 // needs no CAP_SYS_RESOURCE, which root may lack in a container.
-func rlimitArgv(s *Spec) []string {
+func rlimitArgs(s *Spec) []string {
 	nofile, fsize := s.Limits.NoFile, s.Limits.FileSize
 	if nofile == 0 {
 		nofile = 256
@@ -394,7 +396,7 @@ func rlimitArgv(s *Spec) []string {
 			fsize = 1 << 20 // nothing to write; QEMU needs no large files
 		}
 	}
-	return []string{"prlimit", "--nofile=" + strconv.FormatUint(nofile, 10), "--fsize=" + strconv.FormatUint(fsize, 10), "--"}
+	return []string{"--nofile=" + strconv.FormatUint(nofile, 10), "--fsize=" + strconv.FormatUint(fsize, 10), "--"}
 }
 
 func closeFiles(files []*os.File) {
