@@ -1,6 +1,9 @@
 package sandbox
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"path"
 	"regexp"
 	"strings"
@@ -157,6 +160,13 @@ func (inv *Invocation) Validate() error {
 	if inv.Policy.Floor != 0 && !inv.Policy.Floor.Valid() {
 		return Errorf(BadInput, "policy.floor", "invalid strength %d", int(inv.Policy.Floor))
 	}
+	if err := inv.Policy.Network.Validate(); err != nil {
+		var ne *netpolicy.Error
+		if errors.As(err, &ne) {
+			return &Error{Class: BadInput, Field: ne.Path(), Msg: ne.Msg}
+		}
+		return Wrap(BadInput, err, "policy.network")
+	}
 	if inv.Resources.Negative() {
 		return Errorf(BadInput, "resources", "resources must not be negative: %s", inv.Resources)
 	}
@@ -275,4 +285,14 @@ func totalLen(ss []string) int {
 		n += len(s)
 	}
 	return n
+}
+
+// NewID returns a fresh random identifier usable as an invocation or
+// sandbox id (it matches the tenant/id pattern).
+func NewID() string {
+	var b [10]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("sandbox: no randomness: " + err.Error()) // crypto/rand never fails on Linux
+	}
+	return hex.EncodeToString(b[:])
 }

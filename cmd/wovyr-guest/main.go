@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/wovyr/wovyr/agent"
+	"github.com/wovyr/wovyr/battery/prober"
 )
 
 func main() {
@@ -30,6 +31,8 @@ func main() {
 		os.Exit(agentMain(ctx, os.Args[2:]))
 	case "init":
 		os.Exit(initMain(ctx))
+	case "probe":
+		os.Exit(prober.Main(os.Args[2:], os.Stdout))
 	default:
 		fmt.Fprintf(os.Stderr, "wovyr-guest: unknown command %q\n", os.Args[1])
 		os.Exit(2)
