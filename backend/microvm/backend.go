@@ -23,6 +23,8 @@ type Backend struct {
 
 	mu    sync.Mutex
 	probe *probed // the first successful probe; the accelerator never changes under a running wovyr
+
+	bat batteryCache // what battery probes share per backend (Suite)
 }
 
 type probed struct {
@@ -175,6 +177,12 @@ func (b *Backend) markerBoot(ctx context.Context, p *probed, a vmm.Accel, timeou
 // spec is the hardened VM spec shared by every boot; the caller sets the
 // VM's credentials (vmUser).
 func (b *Backend) spec(p *probed, a vmm.Accel, id, mode string, guestMem int64) *vmm.Spec {
+	s := b.baseSpec(p, a, id, mode, guestMem)
+	b.weakSpec(s)
+	return s
+}
+
+func (b *Backend) baseSpec(p *probed, a vmm.Accel, id, mode string, guestMem int64) *vmm.Spec {
 	return &vmm.Spec{
 		ID: id, Kernel: p.image.Vmlinux(), Initrd: p.image.Initramfs(),
 		Cmdline: b.cmdline(mode), Accel: a, CPUs: b.cfg.VCPUs, Memory: guestMem,
@@ -192,7 +200,7 @@ func (b *Backend) configHash(version string, p *probed) string {
 	h := sha256.New()
 	spec := b.spec(p, p.accel, "hash", "hash", 0)
 	spec.UID, spec.GID = b.cfg.UIDBase, b.cfg.UIDBase
-	fmt.Fprintln(h, version, p.image.Digest, p.accel, b.cfg.SharedUser, p.uid, b.cfg.UIDBase, b.cfg.UIDCount, vmm.SandboxOpts, spec.Limits.Pids)
+	fmt.Fprintln(h, version, p.image.Digest, p.accel, b.cfg.weak, b.cfg.SharedUser, p.uid, b.cfg.UIDBase, b.cfg.UIDCount, vmm.SandboxOpts, spec.Limits.Pids)
 	if q, ok := b.cfg.VMM.(*vmm.QEMU); ok {
 		fmt.Fprintln(h, strings.Join(q.Args(spec), " "))
 	}

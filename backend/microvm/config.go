@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/vmm"
 )
 
@@ -52,6 +53,8 @@ type Config struct {
 	ExtraCmdline string
 	// Logger receives lifecycle events; zero: discarded.
 	Logger *slog.Logger
+
+	weak battery.Weakness // a positive control's configuration (Weakened)
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/internal/vmtest"
 	"github.com/wovyr/wovyr/netpolicy"
 	"github.com/wovyr/wovyr/sandbox"
@@ -336,4 +337,51 @@ func TestCertify(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(vmsDir(b.cfg.StateDir), "wovyr-uid-*")); len(left) > 0 {
 		t.Errorf("uid claims survive: %v", left)
 	}
+}
+
+// TestSuiteCoversEveryMicroVMRow: every catalogue row naming M is either
+// probed or says why it does not apply, and every weakness a probe names
+// yields a differently hashed backend. (battery.Run over the whole suite
+// boots about ten VMs; `wovyr certify --backend microvm` runs it.)
+func TestSuiteCoversEveryMicroVMRow(t *testing.T) {
+	b := backend(t)
+	s := Suite(b)
+	impl := map[int]battery.Weakness{}
+	for _, p := range s.Probes {
+		impl[p.ID] = p.Weakness
+	}
+	for _, row := range battery.Catalogue() {
+		_, probed := impl[row.ID]
+		_, na := s.NotApplicable[row.ID]
+		if probed && na {
+			t.Errorf("row %d is both probed and not applicable", row.ID)
+		}
+		if names(row.Backends, "M") && !probed && !na {
+			t.Errorf("row %d (%s) names microvm but is neither probed nor explained", row.ID, row.Name)
+		}
+	}
+	seen := map[string]battery.Weakness{b.Probe(context.Background()).ConfigHash: ""}
+	for _, w := range impl {
+		wb, err := b.Weakened(w)
+		if err != nil {
+			t.Fatalf("weakness %s: %v", w, err)
+		}
+		h := wb.Probe(context.Background()).ConfigHash
+		if prev, dup := seen[h]; dup && prev != w {
+			t.Errorf("weakness %q has the config hash of %q", w, prev)
+		}
+		seen[h] = w
+	}
+	if _, err := b.Weakened("no-such-weakness"); err == nil {
+		t.Error("an unknown weakness was accepted")
+	}
+}
+
+func names(backends, letter string) bool {
+	for _, p := range strings.Split(backends, ",") {
+		if p = strings.TrimSpace(p); p == letter || p == "all" || (p == "L" && letter != "W") {
+			return true
+		}
+	}
+	return false
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wovyr/wovyr/agent"
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/vmimage"
 	"github.com/wovyr/wovyr/vmm"
@@ -21,9 +22,12 @@ import (
 // disk.
 func (s *vmSandbox) runOneShot(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Result, error) {
 	l := inv.Limits.WithDefaults()
-	if l.Disk != s.limit.Disk {
+	if s.b.cfg.weak == battery.NoOutputCap {
+		l.Output = sandbox.MaxOutputBytes
+	}
+	if l.Disk != s.limit.Disk && !s.reused {
 		// The VM is not booted yet: size the scratch disk for this invocation.
-		if err := vmimage.MakeExt4(ctx, "", s.scratch(), "wovyr-scratch", max(l.Disk, 16<<20)); err != nil {
+		if err := vmimage.MakeExt4(ctx, "", s.scratch(), "wovyr-scratch", s.b.scratchSize(l.Disk)); err != nil {
 			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "scratch disk")
 		}
 	}

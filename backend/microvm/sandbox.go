@@ -47,6 +47,7 @@ type vmSandbox struct {
 
 	uid, gid   uint32
 	releaseUID func()
+	reused     bool // the scratch disk came from a previous VM (a positive control only)
 }
 
 // Prepare implements sandbox.Backend: the per-VM directory and scratch
@@ -82,10 +83,11 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 		return nil, err
 	}
 	cleanup = append(cleanup, s.releaseUID)
-	if err := vmimage.MakeExt4(ctx, "", s.scratch(), "wovyr-scratch", max(s.limit.Disk, 16<<20)); err != nil {
+	if err := vmimage.MakeExt4(ctx, "", s.scratch(), "wovyr-scratch", b.scratchSize(s.limit.Disk)); err != nil {
 		undo()
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "scratch disk")
 	}
+	s.reused = s.weakPrepared()
 	if b.cfg.Warm {
 		if err := s.bootWarm(ctx); err != nil {
 			undo()
@@ -142,6 +144,7 @@ func (s *vmSandbox) Destroy(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	s.weakDestroy()
 	if err := os.RemoveAll(s.dir); err != nil {
 		errs = append(errs, err)
 	}

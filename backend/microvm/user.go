@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
@@ -68,6 +69,9 @@ func claimUID(stateDir string, base, count uint32) (uid uint32, release func(), 
 // vmUser returns the credentials for one VM: a uid and gid of its own
 // (BATTERY probe 49), or the shared account with Config.SharedUser.
 func (b *Backend) vmUser(p *probed) (uid, gid uint32, release func(), err error) {
+	if b.cfg.weak == battery.RunAsRoot {
+		return 0, 0, func() {}, nil
+	}
 	if b.cfg.SharedUser {
 		return p.uid, p.gid, func() {}, nil
 	}
