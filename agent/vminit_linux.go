@@ -42,7 +42,7 @@ func VMInit(ctx context.Context) error {
 		fmt.Fprintln(console, ReadyMarker)
 		return nil
 	}
-	if err := loadModules("/lib/modules"); err != nil {
+	if err := loadModules("/lib/modules", stage); err != nil {
 		fmt.Fprintln(console, "wovyr-guest init:", err)
 		return err
 	}
@@ -106,7 +106,7 @@ func cmdlineValue(key string) string {
 
 // loadModules loads dir's modules in the order load.order lists them
 // (dependencies first, as the image builder wrote it).
-func loadModules(dir string) error {
+func loadModules(dir string, stage func(string)) error {
 	f, err := os.Open(filepath.Join(dir, "load.order"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -130,6 +130,7 @@ func loadModules(dir string) error {
 		if err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("load module %s: %w", name, err)
 		}
+		stage("module " + name)
 	}
 	return sc.Err()
 }
