@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/wovyr/wovyr/cgroup"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
@@ -212,12 +213,12 @@ func (q *QEMU) Start(ctx context.Context, s *Spec) (Machine, error) {
 		}
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s", what)
 	}
-	var cg *cgroup
+	var cg *cgroup.Group
 	if !s.Limits.Unlimited {
 		if cg, err = newCgroup("wovyr-"+s.ID, s.Limits); err != nil {
 			return fail(err, "VMM cgroup")
 		}
-		undo = append(undo, func() { cg.remove() })
+		undo = append(undo, func() { destroyCgroup(cg) })
 	}
 	keep := s.ConsoleBytes
 	if keep == 0 {
@@ -259,7 +260,7 @@ func (q *QEMU) Start(ctx context.Context, s *Spec) (Machine, error) {
 	if cg != nil {
 		// QEMU has only parsed its arguments by now; everything it allocates
 		// for the guest is charged to the cgroup.
-		if err := cg.attach(cmd.Process.Pid); err != nil {
+		if err := cg.Add(cmd.Process.Pid); err != nil {
 			m.Kill()
 			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "limit the VMM")
 		}
@@ -288,7 +289,7 @@ func (q *QEMU) argv(s *Spec) ([]string, error) {
 
 type machine struct {
 	cmd      *exec.Cmd
-	cg       *cgroup
+	cg       *cgroup.Group
 	done     chan struct{}
 	waitErr  error
 	console  *lockedCapped
@@ -325,7 +326,7 @@ func (m *machine) Wait(ctx context.Context) error {
 // read it before Kill.
 func PeakMemory(mc Machine) int64 {
 	if m, ok := mc.(*machine); ok && m.cg != nil {
-		return m.cg.memoryPeak()
+		return m.cg.Stats().PeakMemory
 	}
 	return 0
 }
@@ -345,10 +346,7 @@ func (m *machine) Kill() error {
 		}
 		m.closePorts()
 		if m.cg != nil {
-			if err := m.cg.killAll(5 * time.Second); err != nil {
-				errs = append(errs, err)
-			}
-			if err := m.cg.remove(); err != nil {
+			if err := destroyCgroup(m.cg); err != nil {
 				errs = append(errs, err)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/wovyr/wovyr/agent"
+	"github.com/wovyr/wovyr/cgroup"
 	"github.com/wovyr/wovyr/internal/vmtest"
 	"github.com/wovyr/wovyr/vmm"
 )
@@ -108,11 +109,8 @@ func TestBootUnprivilegedAndConfined(t *testing.T) {
 	if err := m.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	for _, ctl := range []string{"memory", "pids", "cpu"} {
-		d := filepath.Join("/sys/fs/cgroup", ctl, vmm.CgroupParent, "wovyr-test-boot")
-		if _, err := os.Stat(d); !os.IsNotExist(err) {
-			t.Errorf("cgroup %s survives: %v", d, err)
-		}
+	if cgroup.Exists(vmm.CgroupPath("wovyr-test-boot")) {
+		t.Errorf("cgroup %s survives", vmm.CgroupPath("wovyr-test-boot"))
 	}
 }
 

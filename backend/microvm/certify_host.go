@@ -115,7 +115,7 @@ func checkLimits(proc string) []string {
 		if path == "" {
 			path = unifiedPath
 		}
-		if !strings.Contains(path, "/"+vmm.CgroupParent+"/") {
+		if !strings.HasPrefix(path, "/"+vmm.CgroupParent+"/") {
 			bad = append(bad, ctl+" cgroup is "+strconv.Quote(path)+", not wovyr's")
 			continue
 		}

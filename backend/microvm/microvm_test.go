@@ -7,13 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/wovyr/wovyr/battery"
+	"github.com/wovyr/wovyr/cgroup"
 	"github.com/wovyr/wovyr/internal/vmtest"
 	"github.com/wovyr/wovyr/netpolicy"
 	"github.com/wovyr/wovyr/sandbox"
@@ -85,7 +85,7 @@ func assertClean(t *testing.T, b *Backend, prefix string) {
 	if len(left) > 0 {
 		t.Errorf("files survive: %v", left)
 	}
-	for _, ctl := range []string{"memory", "pids", "cpu"} {
+	for _, ctl := range []string{"memory", "pids", "cpu", ""} {
 		cgs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", ctl, vmm.CgroupParent, prefix+"*"))
 		if len(cgs) > 0 {
 			t.Errorf("cgroups survive: %v", cgs)
@@ -269,30 +269,33 @@ func TestReconcileRemovesLeftovers(t *testing.T) {
 	os.WriteFile(filepath.Join(vmdir, "scratch.ext4"), []byte("x"), 0o600)
 	other := filepath.Join(vmsDir(state), "not-ours")
 	os.MkdirAll(other, 0o700)
-	cg := filepath.Join("/sys/fs/cgroup/pids", vmm.CgroupParent, name)
-	if err := os.MkdirAll(cg, 0o755); err != nil {
-		t.Skipf("no cgroup v1 pids hierarchy here: %v", err)
+	g, err := cgroup.New(vmm.CgroupPath(name), cgroup.Limits{Pids: 16})
+	if err != nil {
+		t.Fatal(err)
 	}
 	sleeper := exec.Command("sleep", "300")
 	if err := sleeper.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer sleeper.Process.Kill()
-	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(sleeper.Process.Pid)), 0); err != nil {
+	if err := g.Add(sleeper.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
 	// A VM of another state directory, which must survive.
-	foreign := filepath.Join("/sys/fs/cgroup/pids", vmm.CgroupParent, "wovyr-vm-foreign"+randomID())
-	os.MkdirAll(foreign, 0o755)
-	defer vmm.RemoveCgroup(filepath.Base(foreign))
+	foreign := "wovyr-vm-foreign" + randomID()
+	fg, err := cgroup.New(vmm.CgroupPath(foreign), cgroup.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fg.Destroy(context.Background())
 	if err := Reconcile(context.Background(), state); err != nil {
 		t.Fatal(err)
 	}
 	if err := sleeper.Wait(); err == nil {
 		t.Error("the leftover process was not killed")
 	}
-	if _, err := os.Stat(cg); !os.IsNotExist(err) {
-		t.Errorf("leftover cgroup survives: %v", err)
+	if cgroup.Exists(vmm.CgroupPath(name)) {
+		t.Error("leftover cgroup survives")
 	}
 	if _, err := os.Stat(vmdir); !os.IsNotExist(err) {
 		t.Errorf("leftover VM dir survives: %v", err)
@@ -300,8 +303,8 @@ func TestReconcileRemovesLeftovers(t *testing.T) {
 	if _, err := os.Stat(other); err != nil {
 		t.Errorf("reconcile removed a directory that is not its own: %v", err)
 	}
-	if _, err := os.Stat(foreign); err != nil {
-		t.Errorf("reconcile removed another state directory's VM cgroup: %v", err)
+	if !cgroup.Exists(vmm.CgroupPath(foreign)) {
+		t.Error("reconcile removed another state directory's VM cgroup")
 	}
 }
 

@@ -27,7 +27,7 @@ func Reconcile(ctx context.Context, stateDir string) error {
 			return errors.Join(append(errs, err)...)
 		}
 		name := strings.TrimSuffix(filepath.Base(e), ".ext4")
-		if err := vmm.RemoveCgroup(name); err != nil {
+		if err := vmm.RemoveCgroup(ctx, name); err != nil {
 			errs = append(errs, err)
 		}
 		for _, pid := range vmmProcesses(func(n string) bool { return n == name }) {
