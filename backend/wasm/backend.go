@@ -25,7 +25,8 @@ type Backend struct {
 	cfg    Config
 	engine *wasmcapi.Engine
 	cache  *cache
-	work   string // parent of the per-invocation workspaces
+	work   string   // parent of the per-invocation workspaces
+	pool   *workers // nil: no descriptor bound (no Config.Worker, or weakened)
 
 	stopTick chan struct{}
 	wake     chan struct{} // the first running invocation wakes an idle ticker
@@ -65,6 +66,9 @@ func New(cfg Config) (*Backend, error) {
 		wake:     make(chan struct{}, 1),
 	}
 	b.cache = newCache(e, filepath.Join(root, "cache"), cfg.Modules, cfg.Logger)
+	if len(cfg.Worker) > 0 && !cfg.weak.noFDBound {
+		b.pool = newWorkers(cfg)
+	}
 	b.ticked.Add(1)
 	go b.tick()
 	return b, nil
@@ -121,6 +125,9 @@ func (b *Backend) Close() error {
 			k.Close()
 		}
 		b.kids.mu.Unlock()
+		if b.pool != nil {
+			b.pool.close()
+		}
 		close(b.stopTick)
 		b.ticked.Wait()
 		b.cache.close()
@@ -156,6 +163,9 @@ func (b *Backend) Probe(ctx context.Context) sandbox.Capability {
 		Egress:     false,
 		Features:   []string{"wasi-preview1", "fuel", "epoch-deadline", "memory-limit", "pooling-allocator", "cow-images", "module-cache", "disk-quota", "no-sockets"},
 	}
+	if b.pool != nil {
+		c.Features = append(c.Features, "fd-bound-workers")
+	}
 	mod, err := wat2wasm(probeWAT)
 	if err == nil {
 		var res *sandbox.Result
@@ -190,9 +200,10 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 	return &wasmSandbox{b: b}, nil
 }
 
-// Reconcile removes workspaces left by a crashed process (tmpfs mounts with
-// source "wovyr-wasm" on StateDir/wasm/work/wovyr-wasm-*, then the
-// directories) and temporary cache files. It removes nothing else and must
+// Reconcile removes what a crashed process left: worker processes of this
+// state dir that are not this process's (WorkerEnv), workspaces (tmpfs
+// mounts with source "wovyr-wasm" on StateDir/wasm/work/wovyr-wasm-*, then
+// the directories) and temporary cache files. It removes nothing else and must
 // not run while this Backend runs invocations.
 func (b *Backend) Reconcile(ctx context.Context) (int, error) {
 	return Reconcile(ctx, b.cfg.StateDir)
@@ -200,8 +211,10 @@ func (b *Backend) Reconcile(ctx context.Context) (int, error) {
 
 // Reconcile is Backend.Reconcile for a state dir without a Backend.
 func Reconcile(ctx context.Context, stateDir string) (int, error) {
+	k, kerr := reconcileWorkers(stateDir)
 	n, err := unmountUnder(filepath.Join(stateDir, "wasm", "work"))
-	errs := []error{err}
+	n += k
+	errs := []error{kerr, err}
 	for _, pat := range []string{
 		filepath.Join(stateDir, "wasm", "work", "wovyr-wasm-*"),
 		filepath.Join(stateDir, "wasm", "cache", ".wovyr-tmp-*"),

@@ -35,6 +35,15 @@ type Config struct {
 	// Modules bounds how many linked modules are kept in memory. Zero
 	// means 64.
 	Modules int
+	// Worker is the command line of the worker process that runs every
+	// invocation granted a directory (WorkerMain; for wovyr: its own binary
+	// with "wasm-worker"), so that the guest's descriptors are bounded by
+	// the worker's RLIMIT_NOFILE (Limits.NoFile). Empty means no workers:
+	// such invocations run in this process with no descriptor bound, which
+	// battery probe 54 fails, so that configuration cannot be certified.
+	Worker []string
+	// Workers bounds the worker processes (jobs at once). Zero means 16.
+	Workers int
 
 	// weak holds deliberate weaknesses for the battery's positive controls.
 	// Only probes.go sets it; New never accepts it from outside the package.
@@ -61,6 +70,7 @@ type weakness struct {
 	followSymlinks  bool   // collect files through symlinks
 	noDiskQuota     bool   // a plain directory instead of a sized tmpfs
 	ignoreOutputCap bool   // keep MaxOutputBytes whatever the invocation asks
+	noFDBound       bool   // run directory-granted invocations in-process (no worker)
 }
 
 func (w weakness) any() bool { return w != weakness{} }
@@ -80,6 +90,9 @@ func (c Config) withDefaults() Config {
 	if c.Modules == 0 {
 		c.Modules = 64
 	}
+	if c.Workers == 0 {
+		c.Workers = 16
+	}
 	return c
 }
 
@@ -90,7 +103,10 @@ func (c Config) validate() error {
 	if c.EpochTick < 100*time.Microsecond || c.EpochTick > time.Second {
 		return sandbox.Errorf(sandbox.BadInput, "wasm.epoch_tick", "epoch tick %s outside [100µs, 1s]", c.EpochTick)
 	}
-	if c.MaxModuleBytes < 0 || c.Modules < 0 {
+	if len(c.Worker) > 0 && !filepath.IsAbs(c.Worker[0]) {
+		return sandbox.Errorf(sandbox.BadInput, "wasm.worker", "worker program %q must be an absolute path", c.Worker[0])
+	}
+	if c.MaxModuleBytes < 0 || c.Modules < 0 || c.Workers < 0 {
 		return sandbox.Errorf(sandbox.BadInput, "wasm", "negative bounds")
 	}
 	seen := map[string]bool{workspaceGuest: true}
@@ -116,6 +132,6 @@ func (c Config) hash() string {
 	for _, p := range c.Preopens {
 		fmt.Fprintf(&b, " ro=%s:%s", p.Host, p.Guest)
 	}
-	fmt.Fprintf(&b, " weak=%+v", c.weak)
+	fmt.Fprintf(&b, " fdbound=%v weak=%+v", len(c.Worker) > 0, c.weak)
 	return digest([]byte(b.String()))[:32]
 }

@@ -25,11 +25,27 @@
 // the state dir, keyed by (module digest, engine code-shaping config hash,
 // Wasmtime version) and verified by SHA-256 before it is loaded.
 //
+// Descriptors (Limits.NoFile): every file a guest opens through a directory
+// grant is a host descriptor, and Wasmtime's WASI has no per-store limit
+// (nor can its path_open be wrapped through the C API), so in one process a
+// guest could exhaust the descriptors of every tenant. An invocation granted
+// any directory therefore runs in a worker process (Config.Worker, `wovyr
+// wasm-worker`, worker.go): a small pool of long-lived processes, one job at
+// a time each, sharing the on-disk module cache. Before each job the worker
+// sets its own RLIMIT_NOFILE soft limit so that exactly Limits.NoFile
+// descriptor numbers are free (no privilege needed: a process may move its
+// soft limit up to its hard limit), so the guest meets EMFILE (reported by
+// Wasmtime as errno io) near the bound, in its own process; the limit is
+// restored after the store is dropped. A guest with no grant cannot open
+// anything, so it stays in-process on the fast path. A worker that dies
+// mid-job fails the job with backend-failure and is replaced; cancellation
+// kills it (class killed); Close stops the pool, Reconcile kills orphans
+// (WorkerEnv marks them). Without Config.Worker the bound is absent and
+// battery probe 54 fails, so that configuration is never certified. See
+// docs/adr/0004-wasm-descriptor-bound.md.
+//
 // What it does not do: Limits.Pids has no meaning (a guest has no
-// processes). Limits.NoFile is not enforced: Wasmtime's WASI has no
-// descriptor limit and every file a guest opens is a host descriptor of this
-// process until the store is dropped; battery probe 54 reports this gap
-// rather than hiding it. Limits.CPU is applied as a deadline (a guest runs
+// processes). Limits.CPU is applied as a deadline (a guest runs
 // on one thread). Non-empty egress allowlists are refused
 // (policy-unenforceable). Class oom is inferred, since the C API does not
 // report a refused memory.grow: a guest that fails (non-zero exit or trap)

@@ -48,6 +48,7 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fuel    = fs.Uint64("fuel", 0, "fuel budget (0: unmetered)")
 		memory  = fs.Int64("memory-mib", sandbox.DefaultMemory>>20, "linear memory limit in MiB")
 		wall    = fs.Duration("wall", sandbox.DefaultWall, "wall-clock deadline")
+		nofile  = fs.Int("nofile", sandbox.DefaultNoFile, "descriptors the guest may open (this process's RLIMIT_NOFILE)")
 		argv0   = fs.String("argv0", "", "argv[0] as the guest sees it (default: the module's file name)")
 		work    = fs.String("work", "", "host directory preopened read-write at /work (default: none)")
 		state   = fs.String("state", "", "state dir for the compiled-module cache (default: a temporary one)")
@@ -82,6 +83,10 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	module, err := os.ReadFile(modPath)
 	if err != nil {
 		return fail(sandbox.Wrap(sandbox.BadInput, err, "module"))
+	}
+	if *nofile < 1 || *nofile > 1<<20 {
+		fmt.Fprintf(stderr, "wasm-exec: -nofile %d outside [1, 1048576]\n", *nofile)
+		return ExitUsage
 	}
 	if *memory < 1 || *memory > 4096 {
 		fmt.Fprintf(stderr, "wasm-exec: -memory-mib %d outside [1, 4096]\n", *memory)
@@ -129,7 +134,7 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			Kind: sandbox.KindWasm, Module: module,
 			Argv: append([]string{name}, rest...), Env: envs,
 		},
-		Limits: sandbox.Limits{Wall: *wall, Memory: mem, Fuel: *fuel},
+		Limits: sandbox.Limits{Wall: *wall, Memory: mem, Fuel: *fuel, NoFile: *nofile},
 		Policy: sandbox.Policy{Trust: sandbox.Internal},
 	}
 	opts := runOpts{inheritStdio: true}
@@ -137,6 +142,16 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		if opts.workDir, err = filepath.Abs(*work); err != nil {
 			return fail(err)
 		}
+	}
+	// One invocation per process: the runner bounds its own descriptors,
+	// as a worker does per job (worker_main.go).
+	var fds fdBaseline
+	held, err := fds.get(b.cache)
+	if err == nil {
+		_, err = boundFDs(*nofile, held)
+	}
+	if err != nil {
+		return fail(sandbox.Wrap(sandbox.BackendFailure, err, "descriptor bound"))
 	}
 	res, err := b.run(ctx, in, opts)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/wovyr/wovyr/sandbox"
@@ -123,5 +124,24 @@ func TestRunnerLinksStatically(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "root", "work", "out")); string(b) != "static" {
 		t.Fatalf("out %q", b)
+	}
+}
+
+// TestExecBoundsDescriptors: the runner bounds its own RLIMIT_NOFILE, so a
+// guest opening files under -work meets EMFILE (errno io) near -nofile.
+func TestExecBoundsDescriptors(t *testing.T) {
+	work := t.TempDir()
+	if err := os.WriteFile(filepath.Join(work, "probe.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := filepath.Join(t.TempDir(), "open.wasm")
+	if err := os.WriteFile(g, mustWat(t, openGuest(1000, false)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := wasmExec(t, "", "-nofile", "40", "-work", work, g)
+	m := guestLines([]byte(out))
+	n, _ := strconv.Atoi(m["opened"])
+	if code != 0 || n > 40 || n < 40-fdSlack || m["errno"] != strconv.Itoa(eIO) {
+		t.Fatalf("opened %d errno %s exit %d: %q %q", n, m["errno"], code, out, errOut)
 	}
 }

@@ -21,10 +21,22 @@ import (
 // share, so each guest is compiled once per test run (the on-disk cache).
 var guestDir, sharedState string
 
+// testWorker is Config.Worker for tests: this test binary (see TestMain).
+var testWorker []string
+
 func TestMain(m *testing.M) {
 	if os.Getenv(execHelperEnv) != "" { // the test binary doubles as wovyr wasm-exec
 		os.Exit(ExecMain(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
+	if os.Getenv(WorkerEnv) != "" { // and as wovyr wasm-worker
+		os.Exit(WorkerMain(context.Background(), os.Stdin, os.Stdout))
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	testWorker = []string{exe}
 	d, err := os.MkdirTemp("", "wovyr-wasm-guests-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -76,7 +88,7 @@ func guest(t testing.TB, name string) []byte {
 // newBackend makes a Backend over the shared state dir, closed at cleanup.
 func newBackend(t testing.TB, mod ...func(*Config)) *Backend {
 	t.Helper()
-	cfg := Config{StateDir: sharedState}
+	cfg := Config{StateDir: sharedState, Worker: testWorker}
 	for _, f := range mod {
 		f(&cfg)
 	}

@@ -21,6 +21,7 @@ const (
 	oCreat, oDirectory, oTrunc    = 1, 2, 8        // oflags
 	lookupFollow                  = 1
 	eBadf, eNoent, eNospc, eFault = 8, 44, 51, 21
+	eMfile, eNfile, eIO           = 33, 41, 29
 )
 
 const watPrelude = `(module

@@ -134,9 +134,19 @@ func (b *Backend) run(ctx context.Context, inv *sandbox.Invocation, o runOpts) (
 
 	res := &sandbox.Result{ID: inv.ID, Backend: Name}
 	res.Timings.Started = time.Now()
-	b.begin()
-	out := e.pre.Run(ctx, spec)
-	b.end()
+	var out *wasmcapi.Outcome
+	if b.pool != nil && len(spec.Preopens) > 0 && !o.inheritStdio {
+		// A directory grant lets the guest open host descriptors: run it in
+		// a worker process whose RLIMIT_NOFILE bounds them (worker.go).
+		out, err = b.pool.run(ctx, &workerJob{Module: w.Module, Spec: *spec, NoFile: lim.NoFile})
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		b.begin()
+		out = e.pre.Run(ctx, spec)
+		b.end()
+	}
 	res.Timings.Finished = time.Now()
 	if err := b.classify(out, spec, res); err != nil {
 		return nil, err

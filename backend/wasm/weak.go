@@ -20,8 +20,9 @@ const (
 	WeakWidePreopen     battery.Weakness = "wide-preopen"      // a grant one directory too wide
 	WeakBigStack        battery.Weakness = "big-wasm-stack"    // wasm stack above the certified budget
 	WeakNoModuleBound   battery.Weakness = "no-module-bound"   // no module size bound
+	WeakNoFDBound       battery.Weakness = "no-fd-bound"       // directory grants run in-process, unbounded
 	// WeakProbeSelf marks probes with no configuration knob to weaken
-	// (54, 69): the probe weakens its own attempt instead.
+	// (69): the probe weakens its own attempt instead.
 	WeakProbeSelf battery.Weakness = "probe-self-control"
 )
 
@@ -33,6 +34,7 @@ var weaknesses = map[battery.Weakness]func(*Config){
 	WeakWidePreopen:       func(c *Config) { c.weak.widePreopen = true },
 	WeakBigStack:          func(c *Config) { c.Engine.MaxWasmStack = 4 * certifiedStack },
 	WeakNoModuleBound:     func(c *Config) { c.MaxModuleBytes = 1 << 30 },
+	WeakNoFDBound:         func(c *Config) { c.weak.noFDBound = true },
 	WeakProbeSelf:         func(c *Config) { c.weak.probeSelf = true },
 	battery.NoMemoryLimit: func(c *Config) { c.weak.noMemoryLimit = true },
 	battery.NoDiskQuota:   func(c *Config) { c.weak.noDiskQuota = true },

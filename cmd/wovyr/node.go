@@ -31,7 +31,21 @@ type node struct {
 // openNode constructs every backend and a manager that sees the current
 // certifications (a snapshot; the store is not held open).
 func openNode(g *globals) (*node, error) {
-	n := &node{g: g, log: g.logger()}
+	n, err := newNode(g, g.logger())
+	if err != nil {
+		return nil, err
+	}
+	certs, err := n.certs()
+	if err != nil {
+		return nil, err
+	}
+	n.mgr, err = manager.New(manager.Config{Backends: n.backends, Certs: certs, Logger: n.log})
+	return n, err
+}
+
+// newNode constructs every backend, without a manager.
+func newNode(g *globals, log *slog.Logger) (*node, error) {
+	n := &node{g: g, log: log}
 	// 0711: sandbox uids traverse it to their workspaces; what lies below
 	// is private to each owner.
 	if err := os.MkdirAll(g.stateDir, 0o711); err != nil {
@@ -41,21 +55,23 @@ func openNode(g *globals) (*node, error) {
 		return nil, err
 	}
 	var err error
-	n.native, err = native.New(native.Config{ScratchDir: filepath.Join(g.stateDir, "scratch", "native"), Logger: n.log})
+	n.native, err = native.New(native.Config{ScratchDir: n.nativeScratch(), Logger: n.log})
 	if err != nil {
 		return nil, err
 	}
-	if n.wasm, err = wasm.New(wasm.Config{StateDir: g.stateDir, Logger: n.log}); err != nil {
+	worker, err := wasmWorker()
+	if err != nil {
+		return nil, err
+	}
+	if n.wasm, err = wasm.New(wasm.Config{StateDir: g.stateDir, Logger: n.log, Worker: worker}); err != nil {
 		return nil, err
 	}
 	n.backends = []sandbox.Backend{n.native, n.wasm}
-	certs, err := n.certs()
-	if err != nil {
-		return nil, err
-	}
-	n.mgr, err = manager.New(manager.Config{Backends: n.backends, Certs: certs, Logger: n.log})
-	return n, err
+	return n, nil
 }
+
+// nativeScratch is where native sandboxes' workspaces live.
+func (n *node) nativeScratch() string { return filepath.Join(n.g.stateDir, "scratch", "native") }
 
 // Close releases the backends' resources (the wasm engine and its ticker).
 func (n *node) Close() error {

@@ -25,6 +25,8 @@ type runCmd struct {
 	env                           multiFlag
 	files                         multiFlag
 	jsonOut                       bool
+	remote, token                 string // --remote: through a daemon
+	tenantSet                     bool
 }
 
 func runMain(ctx context.Context, g *globals, args []string) int {
@@ -40,6 +42,8 @@ func runMain(ctx context.Context, g *globals, args []string) int {
 	fs.Var(&c.env, "env", "KEY=VALUE for the workload's environment (repeatable; nothing is inherited)")
 	fs.Var(&c.files, "file", "DEST=SRC: copy host file SRC into the workspace as DEST (repeatable)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the result as JSON")
+	fs.StringVar(&c.remote, "remote", "", "run through the wovyr daemon at this URL (e.g. http://127.0.0.1:8080)")
+	fs.StringVar(&c.token, "token", "", "bearer token for --remote (default $WOVYR_TOKEN, else the daemon's bootstrap token in the state dir)")
 	fs.StringVar(&c.wasmFile, "wasm", "", "run this WASI module (ARGV is then its arguments, argv[0] included)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: wovyr run [flags] -- ARGV...\n\nStdin is passed through when it is a pipe or a file.\n\n")
@@ -49,8 +53,15 @@ func runMain(ctx context.Context, g *globals, args []string) int {
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
+	fs.Visit(func(f *flag.Flag) { c.tenantSet = c.tenantSet || f.Name == "tenant" })
 	inv, err := c.invocation(fs.Args())
 	if err != nil {
+		return c.fail(err)
+	}
+	if c.remote != "" {
+		return c.runRemote(ctx, g, inv)
+	}
+	if err := storeFree(g); err != nil {
 		return c.fail(err)
 	}
 	n, err := openNode(g)
