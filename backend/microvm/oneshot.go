@@ -79,10 +79,12 @@ func (s *vmSandbox) runOneShot(ctx context.Context, inv *sandbox.Invocation) (*s
 		}
 		return res, nil
 	}
+	exited := time.Now()
 	if err := m.Kill(); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "clean up VM %s", s.id)
 	}
-	s.b.cfg.Logger.Debug("microvm one-shot done", "vm", s.id, "console", tail(m.Console(), 2048))
+	s.b.cfg.Logger.Debug("microvm one-shot done", "vm", s.id, "vm_lifetime", exited.Sub(res.Timings.Started),
+		"cleanup", time.Since(exited), "console", tail(m.Console(), 2048))
 	res.Timings.Finished = time.Now()
 	rep, err := readResultDisk(resultDisk)
 	if err != nil {
