@@ -17,8 +17,11 @@ import (
 )
 
 func main() {
+	if os.Args[0] == "/init" { // the kernel starts a microVM's initramfs init without arguments
+		os.Args = []string{os.Args[0], "init"}
+	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: wovyr-guest agent [--device PATH] | probe …")
+		fmt.Fprintln(os.Stderr, "usage: wovyr-guest agent [--device PATH] | init | probe …")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
@@ -26,6 +29,8 @@ func main() {
 	switch os.Args[1] {
 	case "agent":
 		os.Exit(agentMain(ctx, os.Args[2:]))
+	case "init":
+		os.Exit(initMain(ctx))
 	case "probe":
 		os.Exit(prober.Main(os.Args[2:], os.Stdout))
 	default:

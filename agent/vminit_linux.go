@@ -1,0 +1,212 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// VMInit is PID 1 of a wovyr microVM (wovyr-guest init, the initramfs's
+// /init). It mounts the pseudo filesystems, loads the virtio and filesystem
+// modules listed in /lib/modules/load.order, assembles the workload root
+// (the read-only root disk under a writable overlay on the scratch disk),
+// chroots into it and then, by the kernel command line's wovyr.mode, runs
+// the one-shot block-device protocol or serves the warm control port. It
+// powers the VM off when done and returns only if that fails.
+func VMInit(ctx context.Context) error {
+	for _, m := range []struct{ src, dst, fs string }{
+		{"devtmpfs", "/dev", "devtmpfs"}, {"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"},
+	} {
+		_ = os.MkdirAll(m.dst, 0o755)
+		if err := unix.Mount(m.src, m.dst, m.fs, unix.MS_NOSUID, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("mount %s: %w", m.dst, err)
+		}
+	}
+	console := openConsole()
+	defer powerOff()
+	mode := cmdlineValue(CmdlineMode)
+	stage := func(string) {}
+	if cmdlineValue(CmdlineDebug) == "1" {
+		stage = func(name string) { fmt.Fprintf(console, "wovyr-guest: %s at %v\n", name, uptime()) }
+	}
+	stage("init")
+	if mode == ModeMarker {
+		fmt.Fprintln(console, ReadyMarker)
+		return nil
+	}
+	if err := loadModules("/lib/modules", stage); err != nil {
+		fmt.Fprintln(console, "wovyr-guest init:", err)
+		return err
+	}
+	stage("modules loaded")
+	need := []string{SerialRoot, SerialScratch}
+	if mode == ModeOneShot {
+		need = append(need, SerialJob, SerialResult)
+	}
+	disks, err := waitDisks(need, 10*time.Second)
+	if err != nil {
+		fmt.Fprintln(console, "wovyr-guest init:", err)
+		return err
+	}
+	stage("disks found")
+	setupErr := enterRoot(disks[SerialRoot], disks[SerialScratch])
+	stage("root mounted")
+	if setupErr == nil {
+		setupErr = prepareJobCgroup()
+	}
+	stage("cgroup ready")
+	switch mode {
+	case ModeOneShot:
+		err = oneShot(ctx, disks[SerialJob], disks[SerialResult], setupErr)
+	case ModeWarm:
+		err = serveWarm(ctx, setupErr)
+	default:
+		err = fmt.Errorf("unknown %s=%q", CmdlineMode, mode)
+	}
+	stage("done")
+	if err != nil {
+		fmt.Fprintln(console, "wovyr-guest init:", err)
+	}
+	return err
+}
+
+func openConsole() io.Writer {
+	f, err := os.OpenFile("/dev/console", os.O_WRONLY, 0)
+	if err != nil {
+		return io.Discard
+	}
+	return f
+}
+
+// powerOff syncs and powers off; with QEMU's -no-reboot a restart also ends
+// the VM, so that is the fallback.
+func powerOff() {
+	unix.Sync()
+	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
+}
+
+func cmdlineValue(key string) string {
+	b, _ := os.ReadFile("/proc/cmdline")
+	for _, f := range strings.Fields(string(b)) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// loadModules loads dir's modules in the order load.order lists them
+// (dependencies first, as the image builder wrote it).
+func loadModules(dir string, stage func(string)) error {
+	f, err := os.Open(filepath.Join(dir, "load.order"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name := strings.TrimSpace(sc.Text())
+		if name == "" {
+			continue
+		}
+		m, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			return fmt.Errorf("module %s: %w", name, err)
+		}
+		err = unix.FinitModule(int(m.Fd()), "", 0)
+		m.Close()
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("load module %s: %w", name, err)
+		}
+		stage("module " + name)
+	}
+	return sc.Err()
+}
+
+// waitDisks maps disk serials to device paths, waiting for the virtio
+// devices to appear.
+func waitDisks(need []string, limit time.Duration) (map[string]string, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		found := map[string]string{}
+		ents, _ := os.ReadDir("/sys/block")
+		for _, e := range ents {
+			s, err := os.ReadFile(filepath.Join("/sys/block", e.Name(), "serial"))
+			if err == nil {
+				found[strings.TrimSpace(string(s))] = "/dev/" + e.Name()
+			}
+		}
+		missing := ""
+		for _, n := range need {
+			if _, ok := found[n]; !ok {
+				missing = n
+			}
+		}
+		if missing == "" {
+			return found, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("disk %s did not appear (found %v)", missing, found)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// enterRoot mounts the read-only root disk as the lower layer of an overlay
+// whose upper layer lives on the scratch disk, and chroots into it.
+func enterRoot(rootDev, scratchDev string) error {
+	const lower, scratch, merged = "/mnt/lower", "/mnt/scratch", "/newroot"
+	for _, d := range []string{lower, scratch, merged} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mount(rootDev, lower, "ext4", unix.MS_RDONLY|unix.MS_NODEV, "noload"); err != nil {
+		return fmt.Errorf("mount root disk %s: %w", rootDev, err)
+	}
+	if err := unix.Mount(scratchDev, scratch, "ext4", unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("mount scratch disk %s: %w", scratchDev, err)
+	}
+	for _, d := range []string{"upper", "work"} {
+		if err := os.MkdirAll(filepath.Join(scratch, d), 0o755); err != nil {
+			return err
+		}
+	}
+	opts := "lowerdir=" + lower + ",upperdir=" + scratch + "/upper,workdir=" + scratch + "/work"
+	if err := unix.Mount("overlay", merged, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mount overlay: %w", err)
+	}
+	for _, m := range []struct{ src, dst, fs string }{
+		{"proc", "proc", "proc"}, {"sysfs", "sys", "sysfs"}, {"devtmpfs", "dev", "devtmpfs"},
+	} {
+		p := filepath.Join(merged, m.dst)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(m.src, p, m.fs, unix.MS_NOSUID, ""); err != nil {
+			return fmt.Errorf("mount %s: %w", p, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(merged, "tmp"), 0o1777); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(merged, GuestWorkDir), 0o755); err != nil {
+		return err
+	}
+	if err := unix.Chroot(merged); err != nil {
+		return fmt.Errorf("chroot: %w", err)
+	}
+	return os.Chdir("/")
+}

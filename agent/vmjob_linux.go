@@ -1,0 +1,213 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// jobCgroup is the cgroup v2 group, inside the VM, that bounds the job.
+const jobCgroup = "/sys/fs/cgroup/wovyr-job"
+
+// oneShot reads the job from the job disk, runs it and writes the reply to
+// the result disk, synced, so the host finds it once the VM is gone.
+func oneShot(ctx context.Context, jobDev, resultDev string, setupErr error) error {
+	var job VMJob
+	jf, err := os.Open(jobDev)
+	if err != nil {
+		return err
+	}
+	size, err := jf.Seek(0, io.SeekEnd)
+	if err == nil {
+		err = ReadDiskFrame(jf, size, &job)
+	}
+	jf.Close()
+	var rep VMReply
+	if err != nil {
+		rep = VMReply{Setup: fmt.Sprintf("read job disk: %v", err)}
+	} else {
+		rep = runVMJob(ctx, job, setupErr)
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	rf, err := os.OpenFile(resultDev, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer rf.Close()
+	rsize, err := rf.Seek(0, io.SeekEnd)
+	if err != nil {
+		return err
+	}
+	if int64(len(b))+4 > rsize {
+		// Never write a frame the host would have to cut: say so instead.
+		b, _ = json.Marshal(VMReply{Reply: Reply{ID: job.ID}, Setup: fmt.Sprintf("reply of %d bytes exceeds the %d-byte result disk", len(b), rsize)})
+	}
+	frame := make([]byte, 4+len(b))
+	binary.BigEndian.PutUint32(frame, uint32(len(b)))
+	copy(frame[4:], b)
+	if _, err := rf.WriteAt(frame, 0); err != nil {
+		return err
+	}
+	return rf.Sync()
+}
+
+// serveWarm answers jobs on the control port until the host hangs up.
+func serveWarm(ctx context.Context, setupErr error) error {
+	dev, err := findPort(PortControl, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	port, err := os.OpenFile(dev, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer port.Close()
+	for {
+		var job VMJob
+		if err := ReadFrame(port, &job); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		var rep VMReply
+		if len(job.Argv) == 0 {
+			rep = VMReply{Reply: Reply{ID: job.ID}, Boot: uptime()}
+			if setupErr != nil {
+				rep.Setup = setupErr.Error()
+			}
+		} else {
+			rep = runVMJob(ctx, job, setupErr)
+		}
+		if err := WriteFrame(port, rep); err != nil {
+			return err
+		}
+		if job.Shutdown {
+			return nil
+		}
+	}
+}
+
+func findPort(name string, limit time.Duration) (string, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		ents, _ := os.ReadDir("/sys/class/virtio-ports")
+		for _, e := range ents {
+			n, err := os.ReadFile(filepath.Join("/sys/class/virtio-ports", e.Name(), "name"))
+			if err == nil && strings.TrimSpace(string(n)) == name {
+				return "/dev/" + e.Name(), nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("virtio-serial port %s did not appear", name)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// runVMJob applies the job's limits with a cgroup inside the VM and runs it.
+func runVMJob(ctx context.Context, job VMJob, setupErr error) VMReply {
+	rep := VMReply{Boot: uptime()}
+	rep.ID = job.ID
+	if setupErr != nil {
+		rep.Setup = setupErr.Error()
+		return rep
+	}
+	if err := enterJobCgroup(job); err != nil {
+		rep.Setup = err.Error()
+		return rep
+	}
+	if job.Dir == "" {
+		job.Dir = GuestWorkDir
+	}
+	rep.Reply = Execute(ctx, job.Job)
+	if ev, err := os.ReadFile(jobCgroup + "/memory.events"); err == nil {
+		rep.OOMKilled = eventCount(ev, "oom_kill") > 0
+	}
+	return rep
+}
+
+// prepareJobCgroup creates the job's cgroup at boot, before any tenant:
+// mounting cgroup2 and enabling controllers is slow under TCG and the same
+// for every job.
+func prepareJobCgroup() error {
+	const root = "/sys/fs/cgroup"
+	if _, err := os.Stat(root + "/cgroup.controllers"); err != nil {
+		_ = os.MkdirAll(root, 0o755)
+		if err := unix.Mount("cgroup2", root, "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("mount cgroup2: %w", err)
+		}
+	}
+	if err := os.WriteFile(root+"/cgroup.subtree_control", []byte("+memory +pids"), 0); err != nil {
+		return fmt.Errorf("enable cgroup controllers: %w", err)
+	}
+	if err := os.Mkdir(jobCgroup, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return nil
+}
+
+// enterJobCgroup sets the job's limits on its cgroup and moves the agent
+// itself into it, so the job's processes start inside. The agent's later
+// allocations (the capped output buffers) are charged there too, hence the
+// headroom; the VM's RAM and the host cgroup around QEMU remain the outer
+// bound.
+func enterJobCgroup(job VMJob) error {
+	if job.Memory == 0 && job.Pids == 0 {
+		return nil
+	}
+	if _, err := os.Stat(jobCgroup); err != nil {
+		return fmt.Errorf("job cgroup: %w", err)
+	}
+	if job.Memory > 0 {
+		limit := job.Memory + 2*job.Output + 16<<20
+		if err := os.WriteFile(jobCgroup+"/memory.max", []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
+			return fmt.Errorf("memory.max: %w", err)
+		}
+		_ = os.WriteFile(jobCgroup+"/memory.swap.max", []byte("0"), 0)
+	}
+	if job.Pids > 0 {
+		tasks, _ := os.ReadDir("/proc/self/task")
+		limit := job.Pids + len(tasks) + 8 // the agent's own threads
+		if err := os.WriteFile(jobCgroup+"/pids.max", []byte(strconv.Itoa(limit)), 0); err != nil {
+			return fmt.Errorf("pids.max: %w", err)
+		}
+	}
+	if err := os.WriteFile(jobCgroup+"/cgroup.procs", []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+		return fmt.Errorf("enter job cgroup: %w", err)
+	}
+	return nil
+}
+
+func eventCount(b []byte, key string) int64 {
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		k, v, ok := bytes.Cut(line, []byte(" "))
+		if ok && string(k) == key {
+			n, _ := strconv.ParseInt(string(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func uptime() time.Duration {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts) != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}

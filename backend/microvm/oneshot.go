@@ -1,0 +1,194 @@
+package microvm
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/wovyr/wovyr/agent"
+	"github.com/wovyr/wovyr/battery"
+	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/vmimage"
+	"github.com/wovyr/wovyr/vmm"
+)
+
+// runOneShot writes the job disk, boots the VM sized for inv, waits for the
+// guest to power off (or kills it at the deadline) and reads the result
+// disk.
+func (s *vmSandbox) runOneShot(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Result, error) {
+	l := inv.Limits.WithDefaults()
+	if s.b.cfg.weak == battery.NoOutputCap {
+		l.Output = sandbox.MaxOutputBytes
+	}
+	if l.Disk != s.limit.Disk && !s.reused {
+		// The VM is not booted yet: size the scratch disk for this invocation.
+		if err := vmimage.MakeExt4(ctx, "", s.scratch(), "wovyr-scratch", s.b.scratchSize(l.Disk)); err != nil {
+			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "scratch disk")
+		}
+	}
+	job := vmJob(inv, l)
+	jobDisk, resultDisk := filepath.Join(s.dir, "job.img"), filepath.Join(s.dir, "result.img")
+	if err := writeJobDisk(jobDisk, job); err != nil {
+		return nil, err
+	}
+	resultSize := resultDiskSize(l)
+	if err := os.WriteFile(resultDisk, nil, 0o600); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "result disk")
+	}
+	if err := os.Truncate(resultDisk, resultSize); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "result disk")
+	}
+	spec := s.b.spec(s.p, s.p.accel, "vm-"+s.id, agent.ModeOneShot, l.Memory+s.b.cfg.GuestOverhead)
+	spec.UID, spec.GID = s.uid, s.gid
+	spec.Disks = []vmm.Disk{
+		{Path: s.p.image.RootDisk(), Serial: agent.SerialRoot, ReadOnly: true},
+		{Path: s.scratch(), Serial: agent.SerialScratch},
+		{Path: jobDisk, Serial: agent.SerialJob, ReadOnly: true},
+		{Path: resultDisk, Serial: agent.SerialResult},
+	}
+	res := &sandbox.Result{ID: inv.ID, Backend: s.b.Name(), Accel: string(s.p.accel)}
+	res.Timings.Started = time.Now()
+	m, err := s.b.cfg.VMM.Start(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Kill()
+	deadline := l.Wall + s.b.cfg.bootTimeout(s.p.accel)
+	wctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	waitErr := m.Wait(wctx)
+	peak := vmm.PeakMemory(m)
+	if waitErr != nil && wctx.Err() != nil {
+		// The guest never answered: kill it, whatever it was doing.
+		killErr := m.Kill()
+		res.Timings.Finished = time.Now()
+		res.ExitCode, res.Signal = 137, "killed"
+		res.Usage.Wall = res.Timings.Finished.Sub(res.Timings.Started)
+		if ctx.Err() != nil {
+			res.Class, res.Error = sandbox.Killed, "cancelled: "+ctx.Err().Error()
+		} else {
+			res.Class, res.Error = sandbox.Timeout, fmt.Sprintf("the guest did not finish within %s (wall %s + boot allowance); the VM was killed", deadline, l.Wall)
+		}
+		if killErr != nil {
+			return nil, sandbox.Wrap(sandbox.BackendFailure, killErr, "kill VM %s", s.id)
+		}
+		return res, nil
+	}
+	exited := time.Now()
+	if err := m.Kill(); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "clean up VM %s", s.id)
+	}
+	s.b.cfg.Logger.Debug("microvm one-shot done", "vm", s.id, "vm_lifetime", exited.Sub(res.Timings.Started),
+		"cleanup", time.Since(exited), "console", tail(m.Console(), 2048))
+	res.Timings.Finished = time.Now()
+	rep, err := readResultDisk(resultDisk)
+	if err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "VM %s gave no readable result (VMM: %v); console: %s", s.id, waitErr, tail(m.Console(), 1024))
+	}
+	if err := fillResult(res, rep, job.ID, l); err != nil {
+		return nil, err
+	}
+	if res.Usage.PeakMemory == 0 {
+		res.Usage.PeakMemory = peak
+	}
+	return res, nil
+}
+
+// vmJob turns an invocation into the guest's job.
+func vmJob(inv *sandbox.Invocation, l sandbox.Limits) agent.VMJob {
+	id := inv.ID
+	if id == "" {
+		id = "job"
+	}
+	files := make([]agent.File, len(inv.Workload.Files))
+	for i, f := range inv.Workload.Files {
+		files[i] = agent.File{Path: f.Path, Data: f.Data, Mode: f.Mode}
+	}
+	return agent.VMJob{
+		Job: agent.Job{ID: id, Argv: inv.Workload.Argv, Env: inv.Workload.Env, Dir: agent.GuestWorkDir,
+			Stdin: inv.Workload.Stdin, Files: files, Wall: l.Wall, Output: l.Output},
+		Memory: l.Memory, Pids: l.Pids,
+	}
+}
+
+func writeJobDisk(path string, job agent.VMJob) error {
+	b, err := json.Marshal(job)
+	if err != nil {
+		return sandbox.Wrap(sandbox.BackendFailure, err, "encode job")
+	}
+	size := (int64(len(b)) + 4 + 4095) &^ 4095
+	buf := make([]byte, size)
+	binary.BigEndian.PutUint32(buf, uint32(len(b)))
+	copy(buf[4:], b)
+	if err := os.WriteFile(path, buf, 0o600); err != nil {
+		return sandbox.Wrap(sandbox.BackendFailure, err, "job disk")
+	}
+	return nil
+}
+
+// resultDiskSize fits two capped streams base64-encoded in JSON, plus room
+// for the rest of the reply.
+func resultDiskSize(l sandbox.Limits) int64 {
+	return (2*l.Output*4/3 + 1<<20 + 4095) &^ 4095
+}
+
+// readResultDisk reads the reply the guest left. Whatever is on the disk is
+// the guest's: a bad length or bytes that do not decode are an error.
+func readResultDisk(path string) (agent.VMReply, error) {
+	var rep agent.VMReply
+	f, err := os.Open(path)
+	if err != nil {
+		return rep, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return rep, err
+	}
+	if err := agent.ReadDiskFrame(f, st.Size(), &rep); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+var errWrongReply = errors.New("reply for another job")
+
+// fillResult maps the guest's reply onto res.
+func fillResult(res *sandbox.Result, rep agent.VMReply, jobID string, l sandbox.Limits) error {
+	if rep.ID != jobID {
+		return sandbox.Wrap(sandbox.BackendFailure, errWrongReply, "guest replied for %q, want %q", rep.ID, jobID)
+	}
+	if rep.Setup != "" {
+		return sandbox.Errorf(sandbox.BackendFailure, "", "the guest could not prepare the job: %s", rep.Setup)
+	}
+	if int64(len(rep.Stdout)) > l.Output || int64(len(rep.Stderr)) > l.Output {
+		return sandbox.Errorf(sandbox.BackendFailure, "", "the guest returned more output than the %d-byte cap", l.Output)
+	}
+	res.ExitCode, res.Signal = rep.ExitCode, rep.Signal
+	res.Stdout, res.Stderr = nonNil(rep.Stdout), nonNil(rep.Stderr)
+	res.StdoutTruncated, res.StderrTruncated = rep.StdoutTruncated, rep.StderrTruncated
+	res.Usage.Wall, res.Usage.CPU, res.Usage.PeakMemory = rep.Wall, rep.CPU, rep.MaxRSS
+	switch {
+	case rep.TimedOut:
+		res.Class, res.Error = sandbox.Timeout, fmt.Sprintf("killed at the %s wall limit", l.Wall)
+	case rep.OOMKilled && rep.Signal != "":
+		res.Class, res.Error = sandbox.OOM, fmt.Sprintf("killed at the %d-byte memory limit", l.Memory)
+	case rep.OOMKilled:
+		res.Error = "a process of the workload was killed at the memory limit; the workload went on"
+	case rep.Error != "":
+		res.Error = rep.Error
+	}
+	return nil
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}

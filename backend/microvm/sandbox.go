@@ -1,0 +1,191 @@
+package microvm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/vmimage"
+	"github.com/wovyr/wovyr/vmm"
+)
+
+// state is a sandbox's place in its life. Legal transitions:
+//
+//	prepared → running → spent → destroyed
+//	prepared → destroyed, spent → destroyed
+type state int
+
+const (
+	prepared state = iota
+	running
+	spent
+	destroyed
+)
+
+// vmSandbox is one VM's sandbox, one-shot or warm.
+type vmSandbox struct {
+	b     *Backend
+	p     *probed
+	id    string
+	dir   string // per-VM directory, removed by Destroy
+	tmpl  sandbox.Template
+	limit sandbox.Limits // the template's limits with defaults
+
+	mu      sync.Mutex
+	st      state
+	m       vmm.Machine // warm: the running VM
+	conn    net.Conn    // warm: the control port
+	readyAt time.Duration
+
+	uid, gid   uint32
+	releaseUID func()
+	reused     bool // the scratch disk came from a previous VM (a positive control only)
+}
+
+// Prepare implements sandbox.Backend: the per-VM directory and scratch
+// disk, and for a warm backend the booted VM whose agent has answered.
+func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.Sandbox, error) {
+	if tmpl.Kind != sandbox.KindCommand {
+		return nil, sandbox.Errorf(sandbox.BadInput, "kind", "the microvm backend runs command workloads, not %q", tmpl.Kind)
+	}
+	if err := checkImage(tmpl.Image); err != nil {
+		return nil, err
+	}
+	p, err := b.probed(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &vmSandbox{b: b, p: p, id: randomID(), tmpl: tmpl, limit: tmpl.Limits.WithDefaults()}
+	s.dir = filepath.Join(vmsDir(b.cfg.StateDir), "wovyr-vm-"+s.id)
+	cleanup := []func(){}
+	undo := func() {
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			cleanup[i]()
+		}
+	}
+	if err := os.MkdirAll(vmsDir(b.cfg.StateDir), 0o700); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "create VM directory")
+	}
+	if err := os.Mkdir(s.dir, 0o700); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "create VM directory")
+	}
+	cleanup = append(cleanup, func() { os.RemoveAll(s.dir) })
+	if s.uid, s.gid, s.releaseUID, err = b.vmUser(p); err != nil {
+		undo()
+		return nil, err
+	}
+	cleanup = append(cleanup, s.releaseUID)
+	if err := vmimage.MakeExt4(ctx, "", s.scratch(), "wovyr-scratch", b.scratchSize(s.limit.Disk)); err != nil {
+		undo()
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "scratch disk")
+	}
+	s.reused = s.weakPrepared()
+	if b.cfg.Warm {
+		if err := s.bootWarm(ctx); err != nil {
+			undo()
+			return nil, err
+		}
+	}
+	b.cfg.Logger.Debug("microvm sandbox prepared", "vm", s.id, "warm", b.cfg.Warm)
+	return s, nil
+}
+
+func (s *vmSandbox) scratch() string { return filepath.Join(s.dir, "scratch.ext4") }
+
+// Run implements sandbox.Sandbox.
+func (s *vmSandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Result, error) {
+	if err := s.b.checkInvocation(inv); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.st != prepared {
+		st := s.st
+		s.mu.Unlock()
+		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "microvm sandbox %s is not ready (state %d): a sandbox runs one invocation", s.id, st)
+	}
+	s.st = running
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.st == running {
+			s.st = spent
+		}
+		s.mu.Unlock()
+	}()
+	if s.b.cfg.Warm {
+		return s.runWarm(ctx, inv)
+	}
+	return s.runOneShot(ctx, inv)
+}
+
+// Destroy implements sandbox.Sandbox: kill the VM (if any), verify it is
+// gone, remove the per-VM directory. Idempotent.
+func (s *vmSandbox) Destroy(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st == destroyed {
+		return nil
+	}
+	s.st = destroyed
+	var errs []error
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	if s.m != nil {
+		if err := s.m.Kill(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.weakDestroy()
+	if err := os.RemoveAll(s.dir); err != nil {
+		errs = append(errs, err)
+	}
+	if s.releaseUID != nil && len(errs) == 0 {
+		s.releaseUID() // only once the VM is gone; else Reconcile frees it
+	}
+	return errors.Join(errs...)
+}
+
+// checkInvocation refuses what this backend cannot honour, before anything
+// starts.
+func (b *Backend) checkInvocation(inv *sandbox.Invocation) error {
+	if err := inv.Validate(); err != nil {
+		return err
+	}
+	w := inv.Workload
+	switch {
+	case w.Kind != sandbox.KindCommand:
+		return sandbox.Errorf(sandbox.BadInput, "workload.kind", "the microvm backend runs command workloads, not %q", w.Kind)
+	case !inv.Policy.Network.DenyAll():
+		return sandbox.Errorf(sandbox.Unenforceable, "policy.network", "a microVM has no network path yet; only deny-all egress is accepted")
+	case len(w.Collect) > 0:
+		return sandbox.Errorf(sandbox.Unenforceable, "workload.collect", "the microvm backend does not return files yet")
+	case inv.Limits.CPU > 0:
+		return sandbox.Errorf(sandbox.Unenforceable, "limits.cpu", "the microvm backend bounds CPU by the VM's quota and the wall limit, not by CPU time")
+	}
+	return checkImage(w.Image)
+}
+
+// checkImage accepts the node's built image only, by its empty or default name.
+func checkImage(name string) error {
+	if name != "" && name != "default" {
+		return sandbox.Errorf(sandbox.BadInput, "workload.image", "unknown microvm image %q (this node has the default image only)", name)
+	}
+	return nil
+}
+
+func randomID() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err)) // never fails on Linux
+	}
+	return hex.EncodeToString(b[:])
+}

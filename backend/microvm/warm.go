@@ -1,0 +1,127 @@
+package microvm
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/wovyr/wovyr/agent"
+	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/vmm"
+)
+
+// warmGrace is what the host waits beyond an invocation's wall limit for a
+// warm guest's reply before it kills the VM.
+const warmGrace = 5 * time.Second
+
+// bootWarm boots the VM sized by the template and waits until its agent
+// answers a ping on the control port: ready means answered, not started.
+func (s *vmSandbox) bootWarm(ctx context.Context) error {
+	spec := s.b.spec(s.p, s.p.accel, "vm-"+s.id, agent.ModeWarm, s.limit.Memory+s.b.cfg.GuestOverhead)
+	spec.UID, spec.GID = s.uid, s.gid
+	spec.Disks = []vmm.Disk{
+		{Path: s.p.image.RootDisk(), Serial: agent.SerialRoot, ReadOnly: true},
+		{Path: s.scratch(), Serial: agent.SerialScratch},
+	}
+	spec.Ports = []vmm.Port{{Name: agent.PortControl}}
+	m, err := s.b.cfg.VMM.Start(ctx, spec)
+	if err != nil {
+		return err
+	}
+	conn := m.Port(agent.PortControl)
+	deadline := time.Now().Add(s.b.cfg.bootTimeout(s.p.accel))
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	var rep agent.VMReply
+	err = roundTrip(conn, deadline, agent.VMJob{Job: agent.Job{ID: "ready"}}, &rep, 1<<20)
+	if err == nil && rep.ID != "ready" {
+		err = fmt.Errorf("ping answered for %q", rep.ID)
+	}
+	if err == nil && rep.Setup != "" {
+		err = fmt.Errorf("guest setup: %s", rep.Setup)
+	}
+	if err != nil {
+		m.Kill()
+		return sandbox.Wrap(sandbox.BackendFailure, err, "warm VM %s did not become ready; console: %s", s.id, tail(m.Console(), 1024))
+	}
+	// Warm the guest up with a no-op exec before any tenant: the first exec
+	// pays for translating the kernel's exec path and paging in the root
+	// disk (hundreds of ms under TCG). Its outcome does not matter.
+	var warmRep agent.VMReply
+	warmJob := agent.VMJob{Job: agent.Job{ID: "warmup", Argv: []string{"true"}, Dir: agent.GuestWorkDir, Output: 1 << 10}}
+	if err := roundTrip(conn, deadline, warmJob, &warmRep, 1<<20); err != nil {
+		m.Kill()
+		return sandbox.Wrap(sandbox.BackendFailure, err, "warm VM %s failed its warm-up job", s.id)
+	}
+	s.m, s.conn, s.readyAt = m, conn, rep.Boot
+	return nil
+}
+
+// runWarm sends inv to the warm VM's agent. The host's deadline is the
+// wall limit plus warmGrace; a guest that has not answered by then is
+// killed and the invocation classed Timeout.
+func (s *vmSandbox) runWarm(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Result, error) {
+	l := inv.Limits.WithDefaults()
+	if l.Memory > s.limit.Memory {
+		return nil, sandbox.Errorf(sandbox.Unenforceable, "limits.memory", "invocation needs %d bytes; this warm VM was sized for %d", l.Memory, s.limit.Memory)
+	}
+	if l.Disk > s.limit.Disk {
+		return nil, sandbox.Errorf(sandbox.Unenforceable, "limits.disk", "invocation needs %d bytes of disk; this warm VM has %d", l.Disk, s.limit.Disk)
+	}
+	job := vmJob(inv, l)
+	res := &sandbox.Result{ID: inv.ID, Backend: s.b.Name(), Accel: string(s.p.accel)}
+	res.Timings.Started = time.Now()
+	deadline := res.Timings.Started.Add(l.Wall + warmGrace)
+	stop := context.AfterFunc(ctx, func() { s.conn.SetDeadline(time.Now()) })
+	defer stop()
+	var rep agent.VMReply
+	err := roundTrip(s.conn, deadline, job, &rep, resultDiskSize(l))
+	res.Timings.Finished = time.Now()
+	if err != nil {
+		killErr := s.m.Kill()
+		if killErr != nil {
+			return nil, sandbox.Wrap(sandbox.BackendFailure, killErr, "kill VM %s", s.id)
+		}
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			res.ExitCode, res.Signal = 137, "killed"
+			res.Usage.Wall = res.Timings.Finished.Sub(res.Timings.Started)
+			if ctx.Err() != nil {
+				res.Class, res.Error = sandbox.Killed, "cancelled: "+ctx.Err().Error()
+			} else {
+				res.Class, res.Error = sandbox.Timeout, fmt.Sprintf("the guest did not answer within %s; the VM was killed", l.Wall+warmGrace)
+			}
+			return res, nil
+		}
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "control channel of VM %s; console: %s", s.id, tail(s.m.Console(), 1024))
+	}
+	if err := fillResult(res, rep, job.ID, l); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// roundTrip sends one frame and reads one reply of at most limit bytes
+// before deadline. The reply's length is checked before anything is
+// allocated for it: the guest is not trusted.
+func roundTrip(conn net.Conn, deadline time.Time, job agent.VMJob, rep *agent.VMReply, limit int64) error {
+	if err := conn.SetDeadline(deadline); err != nil {
+		return err
+	}
+	if err := agent.WriteFrame(conn, job); err != nil {
+		return fmt.Errorf("send job: %w", err)
+	}
+	var hdr [4]byte
+	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
+		return err
+	}
+	n := int64(binary.BigEndian.Uint32(hdr[:]))
+	if n > limit {
+		return fmt.Errorf("reply of %d bytes exceeds %d: %w", n, limit, agent.ErrFrameTooLarge)
+	}
+	return agent.ReadFrame(io.MultiReader(bytes.NewReader(hdr[:]), io.LimitReader(conn, n)), rep)
+}

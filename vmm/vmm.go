@@ -1,0 +1,149 @@
+// Package vmm starts and supervises virtual machines for the microvm
+// backend. VMM is the seam: QEMU's microvm machine is the implementation
+// here because it is what these nodes have (Firecracker is not packaged);
+// another VMM implements the same Spec → Machine contract.
+//
+// The VMM opens nothing by path: wovyr opens the kernel, initramfs and disks
+// and hands QEMU file descriptors (-add-fd, /proc/self/fd), and each control
+// port is a socketpair, so the unprivileged VMM needs no access to wovyr's
+// state directory and holds no socket another process could reach.
+//
+// A Machine is supervised, not managed: the package starts the VMM process
+// hardened (unprivileged, seccomp sandbox, no default devices, no NIC) in its
+// own process group and cgroup, keeps a bounded copy of its console, and
+// kills it — the whole group, then whatever is left in its cgroup — when
+// asked or when it outlives its caller. It does not create the per-VM
+// directory or its disks; the backend owns those.
+//
+// It refuses to start a VM with a NIC: egress enforcement for VMs is later
+// work, and a VM without one has no network path at all.
+package vmm
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"regexp"
+)
+
+// Accel is how guest code runs.
+type Accel string
+
+// Accelerators.
+const (
+	KVM Accel = "kvm" // hardware virtualization
+	TCG Accel = "tcg" // QEMU's software emulator
+)
+
+// Disk is a raw disk image attached as a virtio block device.
+type Disk struct {
+	Path     string
+	Serial   string // visible to the guest (/sys/block/vdX/serial); at most 20 bytes
+	ReadOnly bool   // enforced by the VMM: the guest cannot write it even as root
+}
+
+// Port is a virtio-serial port. Its host side is one end of a socketpair
+// (Machine.Port): no socket path exists that anything else could connect to.
+type Port struct {
+	Name string // the guest sees /sys/class/virtio-ports/*/name
+}
+
+// Limits bound the VMM process (and so the guest) on the host through a
+// cgroup. Zero fields leave that controller unlimited, which Spec.Validate
+// refuses unless Unlimited is set (benchmarks of a bare VMM only).
+type Limits struct {
+	Memory int64   // bytes: guest RAM plus the VMM's own overhead
+	Pids   int     // threads of the VMM process
+	CPUs   float64 // CPU bandwidth in cores (cfs quota)
+	// NoFile and FileSize are the VMM's RLIMIT_NOFILE and RLIMIT_FSIZE;
+	// zero: 256 descriptors and the largest writable disk's size.
+	NoFile    uint64
+	FileSize  uint64
+	Unlimited bool
+}
+
+// Spec describes one VM.
+type Spec struct {
+	// ID names the VM's cgroup and process; [a-z0-9-], ≤ 63 bytes.
+	ID      string
+	Kernel  string // an uncompressed ELF kernel (PVH boot)
+	Initrd  string
+	Cmdline string
+	Accel   Accel
+	CPUs    int   // zero: 1
+	Memory  int64 // guest RAM in bytes; zero: 256 MiB
+	Disks   []Disk
+	Ports   []Port
+	// ConsoleBytes is how much of the serial console is kept; the rest is
+	// read and dropped. Zero: 64 KiB.
+	ConsoleBytes int64
+	// UID and GID run the VMM unprivileged. Zero UID runs it as the caller,
+	// which Validate refuses unless AllowRoot (bare benchmarks only).
+	UID, GID  uint32
+	AllowRoot bool
+	// NoSandbox drops QEMU's seccomp sandbox (bare benchmarks, and the
+	// battery's weakened positive control). Zero: sandboxed.
+	NoSandbox bool
+	Limits    Limits
+}
+
+var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// Validate checks s without side effects.
+func (s *Spec) Validate() error {
+	switch {
+	case !idRE.MatchString(s.ID):
+		return fmt.Errorf("vmm: id %q must match %s", s.ID, idRE)
+	case s.Kernel == "":
+		return fmt.Errorf("vmm: a kernel is required")
+	case s.Accel != KVM && s.Accel != TCG:
+		return fmt.Errorf("vmm: accel %q must be kvm or tcg", s.Accel)
+	case s.UID == 0 && !s.AllowRoot:
+		return fmt.Errorf("vmm: refusing to run the VMM as root (set UID/GID)")
+	case !s.Limits.Unlimited && (s.Limits.Memory <= 0 || s.Limits.Pids <= 0 || s.Limits.CPUs <= 0):
+		return fmt.Errorf("vmm: memory, pids and cpu limits are required")
+	}
+	for _, d := range s.Disks {
+		if len(d.Serial) > 20 || !idRE.MatchString(d.Serial) {
+			return fmt.Errorf("vmm: disk serial %q must match %s and be at most 20 bytes", d.Serial, idRE)
+		}
+	}
+	for _, p := range s.Ports {
+		if !portRE.MatchString(p.Name) {
+			return fmt.Errorf("vmm: port %q must match %s", p.Name, portRE)
+		}
+	}
+	return nil
+}
+
+var portRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{0,62}$`)
+
+// VMM starts machines.
+type VMM interface {
+	// Name is the VMM's name ("qemu").
+	Name() string
+	// Version identifies the VMM build, for the certification key.
+	Version(ctx context.Context) (string, error)
+	// Start boots spec. ctx bounds the start only, never the machine's life.
+	Start(ctx context.Context, spec *Spec) (Machine, error)
+}
+
+// Machine is one running VM.
+type Machine interface {
+	// Pid is the VMM process's host pid.
+	Pid() int
+	// Done is closed when the VMM process has exited.
+	Done() <-chan struct{}
+	// Wait waits for the VMM to exit by itself (the guest powered off) and
+	// reports how it ended; if ctx ends first it returns ctx's error and the
+	// machine keeps running.
+	Wait(ctx context.Context) error
+	// Kill stops the VMM (the whole process group, then anything left in
+	// its cgroup), removes its cgroup and verifies nothing is left. It is
+	// idempotent and safe after the VMM exited by itself.
+	Kill() error
+	// Console returns the kept head of the serial console and QEMU's stderr.
+	Console() []byte
+	// Port returns the host end of the named virtio-serial port, or nil.
+	Port(name string) net.Conn
+}
