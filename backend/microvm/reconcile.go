@@ -65,3 +65,7 @@ func vmmProcesses(match func(name string) bool) []int {
 	}
 	return out
 }
+
+// Reconcile removes what crashed VMs of this backend's state directory
+// left; the daemon calls it at start-up.
+func (b *Backend) Reconcile(ctx context.Context) error { return Reconcile(ctx, b.cfg.StateDir) }

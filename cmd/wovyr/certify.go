@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/wovyr/wovyr/backend/microvm"
 	"github.com/wovyr/wovyr/backend/native"
 	"github.com/wovyr/wovyr/backend/wasm"
 	"github.com/wovyr/wovyr/battery"
@@ -110,8 +111,9 @@ func verdict(r cert.Record) string {
 // suites returns the battery suite of each backend on this node.
 func (n *node) suites(guest string) map[string]battery.Suite {
 	return map[string]battery.Suite{
-		"native": native.Suite(n.native, guest),
-		"wasm":   wasm.Suite(n.wasm),
+		"native":  native.Suite(n.native, guest),
+		"wasm":    wasm.Suite(n.wasm),
+		"microvm": microvm.Suite(n.microvm),
 	}
 }
 

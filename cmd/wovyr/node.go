@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/wovyr/wovyr/backend/microvm"
 	"github.com/wovyr/wovyr/backend/native"
 	"github.com/wovyr/wovyr/backend/wasm"
 	"github.com/wovyr/wovyr/cert"
@@ -24,6 +25,7 @@ type node struct {
 	log      *slog.Logger
 	native   *native.Backend
 	wasm     *wasm.Backend
+	microvm  *microvm.Backend
 	backends []sandbox.Backend
 	mgr      *manager.Manager
 }
@@ -66,7 +68,10 @@ func newNode(g *globals, log *slog.Logger) (*node, error) {
 	if n.wasm, err = wasm.New(wasm.Config{StateDir: g.stateDir, Logger: n.log, Worker: worker}); err != nil {
 		return nil, err
 	}
-	n.backends = []sandbox.Backend{n.native, n.wasm}
+	if n.microvm, err = microvm.New(microvm.Config{StateDir: g.stateDir, Logger: n.log}); err != nil {
+		return nil, err
+	}
+	n.backends = []sandbox.Backend{n.native, n.wasm, n.microvm}
 	return n, nil
 }
 
