@@ -64,9 +64,27 @@ type Config struct {
 	// sandboxes per pool, none kept warm while idle, up to 4 warm under
 	// load.
 	Pools []Pool `json:"pools,omitempty"`
+	// Egress turns on allowlisted egress for the native backend: a
+	// per-sandbox network slot, DNS stub and checking proxy (package
+	// egress). Off, every sandbox has no network at all and allowlists are
+	// refused as unenforceable.
+	Egress Egress `json:"egress,omitzero"`
 	// Tenants are the callers. Empty is allowed only for Default, which the
 	// serve command completes with a bootstrap tenant.
 	Tenants []Tenant `json:"tenants"`
+}
+
+// Egress configures allowlisted egress.
+type Egress struct {
+	Enabled bool `json:"enabled,omitempty"`
+	// Uplinks are the host interfaces CIDR-rule traffic may leave by;
+	// empty means CIDR rules are refused and names go through the proxy.
+	Uplinks []string `json:"uplinks,omitempty"`
+	// Masquerade source-NATs traffic leaving by Uplinks.
+	Masquerade bool `json:"masquerade,omitempty"`
+	// ResolvConf names the host resolvers allowed names are looked up
+	// with. Zero means /etc/resolv.conf.
+	ResolvConf string `json:"resolv_conf,omitempty"`
 }
 
 // Pool sizes the warm pools of one backend and/or template ("" matches any).
@@ -137,6 +155,10 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.CgroupReconcile == "" {
 		c.CgroupReconcile = "all"
 	}
+	if c.Egress.ResolvConf == "" {
+		c.Egress.ResolvConf = "/etc/resolv.conf"
+	}
+	c.Egress.Uplinks = slices.Clone(c.Egress.Uplinks)
 	c.Pools = slices.Clone(c.Pools)
 	if len(c.Pools) == 0 {
 		c.Pools = []Pool{{MaxWarm: min(4, c.Concurrency)}}

@@ -11,6 +11,7 @@ import (
 	"github.com/wovyr/wovyr/backend/native"
 	"github.com/wovyr/wovyr/backend/wasm"
 	"github.com/wovyr/wovyr/cert"
+	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/manager"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/store"
@@ -33,7 +34,7 @@ type node struct {
 // openNode constructs every backend and a manager that sees the current
 // certifications (a snapshot; the store is not held open).
 func openNode(g *globals) (*node, error) {
-	n, err := newNode(g, g.logger())
+	n, err := newNode(g, g.logger(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -45,8 +46,10 @@ func openNode(g *globals) (*node, error) {
 	return n, err
 }
 
-// newNode constructs every backend, without a manager.
-func newNode(g *globals, log *slog.Logger) (*node, error) {
+// newNode constructs every backend, without a manager. network, if not
+// nil, gives the native backend allowlisted egress (the daemon's); without
+// it native sandboxes have no network at all.
+func newNode(g *globals, log *slog.Logger, network *egress.Service) (*node, error) {
 	n := &node{g: g, log: log}
 	// 0711: sandbox uids traverse it to their workspaces; what lies below
 	// is private to each owner.
@@ -57,7 +60,7 @@ func newNode(g *globals, log *slog.Logger) (*node, error) {
 		return nil, err
 	}
 	var err error
-	n.native, err = native.New(native.Config{ScratchDir: n.nativeScratch(), Logger: n.log})
+	n.native, err = native.New(native.Config{ScratchDir: n.nativeScratch(), Logger: n.log, Network: network})
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/cgroup"
 	"github.com/wovyr/wovyr/config"
+	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/manager"
 	"github.com/wovyr/wovyr/server"
 	"github.com/wovyr/wovyr/store"
@@ -79,7 +80,14 @@ func (c *serveCmd) run(ctx context.Context, g *globals) error {
 			return err
 		}
 	}
-	n, err := newNode(g, log)
+	network, err := startEgress(ctx, cfg.Egress, log)
+	if err != nil {
+		return err
+	}
+	if network != nil {
+		defer network.Close(context.WithoutCancel(ctx))
+	}
+	n, err := newNode(g, log, network)
 	if err != nil {
 		return err
 	}
@@ -179,4 +187,21 @@ func cgroupReconciler(mode, nativeScratch string) server.Reconciler {
 		}
 		return errors.Join(errs...)
 	}}
+}
+
+// startEgress starts the egress service when the config enables it, after
+// removing what a crashed daemon left of its slots.
+func startEgress(ctx context.Context, c config.Egress, log *slog.Logger) (*egress.Service, error) {
+	if !c.Enabled {
+		return nil, nil
+	}
+	dns, err := egress.ResolvConfServers(c.ResolvConf)
+	if err != nil {
+		return nil, fmt.Errorf("egress: %w", err)
+	}
+	ec := egress.Config{Tag: "d", UpstreamDNS: dns, Uplinks: c.Uplinks, Masquerade: c.Masquerade}
+	if err := egress.Reconcile(ctx, ec, log); err != nil {
+		return nil, fmt.Errorf("egress reconcile: %w", err)
+	}
+	return egress.NewService(ctx, ec, log)
 }
