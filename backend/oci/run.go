@@ -1,0 +1,233 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wovyr/wovyr/agent"
+	"github.com/wovyr/wovyr/cgroup"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// hostGrace is how long past the wall limit the host waits for the agent's
+// own (timed-out) reply before it gives up on the sandbox.
+const hostGrace = 3 * time.Second
+
+// Run implements sandbox.Sandbox. It claims the sandbox for inv's tenant —
+// cgroup, limits, rlimits — sends the job to the agent and classifies how it
+// ended. A sandbox runs one invocation.
+func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Result, error) {
+	if err := inv.Validate(); err != nil {
+		return nil, err
+	}
+	if inv.Workload.Kind != sandbox.KindCommand {
+		return nil, sandbox.Errorf(sandbox.BadInput, "workload.kind", "%s backend runs command workloads only; wasm at this strength needs the wasm runner (not wired yet)", s.b.name)
+	}
+	if !inv.Policy.Network.DenyAll() {
+		return nil, sandbox.Errorf(sandbox.Unenforceable, "policy.network", "%s backend enforces deny-all egress only (loopback-only network namespace)", s.b.name)
+	}
+	if img := inv.Workload.Image; img != "" && img != s.image {
+		return nil, sandbox.Errorf(sandbox.BadInput, "workload.image", "sandbox was prepared for image %q, not %q", s.image, img)
+	}
+	s.mu.Lock()
+	if s.used || s.gone {
+		s.mu.Unlock()
+		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "sandbox %s already ran an invocation or was destroyed", s.id)
+	}
+	s.used = true
+	s.mu.Unlock()
+
+	lim := inv.Limits.WithDefaults()
+	res := &sandbox.Result{ID: inv.ID, Backend: s.b.name, Accel: s.d.accel}
+	if res.ID == "" {
+		res.ID = s.id
+	}
+	if err := s.claim(inv, lim); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s: claim %s for %s", s.b.name, s.id, inv.Tenant)
+	}
+	job := agent.Job{
+		ID: res.ID, Argv: inv.Workload.Argv, Env: inv.Workload.Env, Dir: workDir,
+		Stdin: inv.Workload.Stdin, Wall: lim.Wall, Output: lim.Output,
+	}
+	if job.Env == nil {
+		job.Env = []string{}
+	}
+	for _, f := range inv.Workload.Files {
+		job.Files = append(job.Files, agent.File{Path: f.Path, Data: f.Data, Mode: f.Mode})
+	}
+
+	hostCtx, cancel := context.WithTimeout(ctx, lim.Wall+hostGrace)
+	defer cancel()
+	cpuHit := s.watchCPU(hostCtx, cancel, lim.CPU)
+	res.Timings.Started = time.Now()
+	rep, err := s.client.Do(hostCtx, job)
+	res.Timings.Finished = time.Now()
+	st := s.tenant.Stats()
+	res.Usage = sandbox.Usage{Wall: rep.Wall, CPU: rep.CPU, PeakMemory: max(st.PeakMemory, rep.MaxRSS)}
+	if res.Usage.Wall == 0 {
+		res.Usage.Wall = res.Timings.Finished.Sub(res.Timings.Started)
+	}
+	if res.Usage.CPU == 0 {
+		res.Usage.CPU = st.CPU
+	}
+	switch {
+	case cpuHit():
+		res.Class, res.ExitCode, res.Signal = sandbox.Timeout, 137, "killed"
+		res.Error = fmt.Sprintf("CPU time limit %s reached", lim.CPU)
+	case st.OOMKills > 0:
+		res.Class, res.Error = sandbox.OOM, fmt.Sprintf("memory limit %d bytes reached (%d OOM kills)", lim.Memory, st.OOMKills)
+		if err != nil {
+			res.ExitCode, res.Signal = 137, "killed"
+		}
+	case err == nil && rep.TimedOut:
+		res.Class, res.Error = sandbox.Timeout, fmt.Sprintf("wall-clock limit %s reached", lim.Wall)
+	case err != nil && ctx.Err() != nil:
+		res.Class, res.ExitCode, res.Signal, res.Error = sandbox.Killed, 137, "killed", "cancelled: "+ctx.Err().Error()
+		return res, nil
+	case err != nil && errors.Is(err, context.DeadlineExceeded):
+		res.Class, res.ExitCode, res.Signal = sandbox.Timeout, 137, "killed"
+		res.Error = fmt.Sprintf("wall-clock limit %s reached; the sandbox did not answer", lim.Wall)
+		return res, nil
+	case err != nil:
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s: sandbox %s lost its agent", s.b.name, s.id)
+	}
+	if err != nil {
+		return res, nil
+	}
+	if res.ExitCode == 0 && res.Signal == "" {
+		res.ExitCode, res.Signal = rep.ExitCode, signalName(rep.Signal)
+	}
+	res.Stdout, res.Stderr = rep.Stdout, rep.Stderr
+	res.StdoutTruncated, res.StderrTruncated = rep.StdoutTruncated, rep.StderrTruncated
+	if rep.Error != "" && res.Class == sandbox.OK {
+		// Could not start (e.g. command not found): report it as a shell would.
+		res.Stderr = append(res.Stderr, []byte("wovyr: "+rep.Error+"\n")...)
+	}
+	if len(inv.Workload.Collect) > 0 {
+		files, err := s.collect(inv.Workload.Collect, lim)
+		if err != nil {
+			return nil, err
+		}
+		res.Files = files
+	}
+	return res, nil
+}
+
+func signalName(s string) string {
+	if s == "" {
+		return ""
+	}
+	return strings.ToLower(strings.TrimPrefix(s, "SIG"))
+}
+
+// claim moves the sandbox's processes from the pool cgroup into
+// /wovyr/<tenant>/<id> with inv's limits and applies the per-invocation
+// rlimits and disk quota. Nothing tenant-specific existed before this.
+func (s *Sandbox) claim(inv *sandbox.Invocation, lim sandbox.Limits) error {
+	g, err := cgroup.New(cgroup.Prefix+"/"+inv.Tenant+"/"+s.id, cgroup.Limits{
+		Memory: lim.Memory, Pids: pidsBudget(lim.Pids, s.b.gvisor), CPUMillis: inv.Resources.CPUMillis,
+	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.tenant = g
+	s.mu.Unlock()
+	for _, pid := range cgroupProcs(poolCgroup(s.id)) {
+		if err := g.Add(pid); err != nil && !errors.Is(err, unix.ESRCH) {
+			return err
+		}
+	}
+	if err := resizeUpper(s.dir, lim.Disk); err != nil {
+		return fmt.Errorf("disk quota: %w", err)
+	}
+	if s.agentPID == 0 {
+		return nil // gVisor: the Sentry applies the spec's rlimits itself
+	}
+	for _, r := range []struct {
+		res int
+		val uint64
+	}{{unix.RLIMIT_NOFILE, uint64(lim.NoFile)}, {unix.RLIMIT_FSIZE, uint64(lim.Disk)}} {
+		rl := unix.Rlimit{Cur: r.val, Max: r.val}
+		if err := unix.Prlimit(s.agentPID, r.res, &rl, nil); err != nil {
+			return fmt.Errorf("prlimit %d: %w", s.agentPID, err)
+		}
+	}
+	return nil
+}
+
+// watchCPU enforces a CPU-time limit from the tenant cgroup's accounting:
+// past it, the sandbox is killed through cancel. It returns whether it fired.
+func (s *Sandbox) watchCPU(ctx context.Context, cancel context.CancelFunc, limit time.Duration) func() bool {
+	fired := make(chan struct{})
+	if limit <= 0 {
+		return func() bool { return false }
+	}
+	go func() {
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if s.tenant.Stats().CPU >= limit {
+					close(fired)
+					_ = s.tenant.Kill(context.WithoutCancel(ctx))
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return func() bool {
+		select {
+		case <-fired:
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// collect reads the named workspace files from the host side of the
+// sandbox's root. os.Root refuses symlinks out of the workspace; only
+// regular files are read, opened without blocking, and the total is capped.
+func (s *Sandbox) collect(paths []string, lim sandbox.Limits) ([]sandbox.File, error) {
+	root, err := os.OpenRoot(s.dir + "/rootfs" + workDir)
+	if err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "open workspace")
+	}
+	defer root.Close()
+	var out []sandbox.File
+	total := int64(0)
+	for _, p := range paths {
+		f, err := root.OpenFile(p, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			continue // absent or escaping: not collected
+		}
+		fi, err := f.Stat()
+		if err != nil || !fi.Mode().IsRegular() {
+			f.Close()
+			continue
+		}
+		b, err := io.ReadAll(io.LimitReader(f, sandbox.MaxFileBytes-total+1))
+		f.Close()
+		if err != nil {
+			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "collect %s", p)
+		}
+		total += int64(len(b))
+		if total > sandbox.MaxFileBytes {
+			return nil, sandbox.Errorf(sandbox.BadInput, "workload.collect", "collected files exceed %d bytes", sandbox.MaxFileBytes)
+		}
+		out = append(out, sandbox.File{Path: p, Data: b, Mode: uint32(fi.Mode().Perm())})
+	}
+	return out, nil
+}

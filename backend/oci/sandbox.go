@@ -1,0 +1,282 @@
+package oci
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wovyr/wovyr/agent"
+	"github.com/wovyr/wovyr/cgroup"
+	"github.com/wovyr/wovyr/image"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// Sandbox is one prepared container running the agent. It runs at most one
+// invocation; Destroy releases everything it holds.
+type Sandbox struct {
+	b      *Backend
+	d      *driver
+	id     string // container id, "wovyr-c-…" or "wovyr-g-…"
+	dir    string // scratch + bundle: <run>/sb/<id>
+	image  string
+	limits sandbox.Limits // the template's shape
+	slot   *slot
+	lock   *os.File // held while the sandbox lives (see locks.go)
+	client *agent.Client
+	agentPID int // host pid of the container init (container only)
+
+	mu      sync.Mutex
+	used    bool
+	tenant  *cgroup.Group
+	cleanup []func(context.Context) error // reverse order
+	gone    bool
+}
+
+// poolCgroup is where a tenant-neutral sandbox's runtime cgroups live; "_"
+// cannot start a tenant name, so it never collides with a tenant's.
+func poolCgroup(id string) string { return cgroup.Prefix + "/_pool/" + id }
+
+func newID(gvisor bool) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	if gvisor {
+		return "wovyr-g-" + hex.EncodeToString(b[:])
+	}
+	return "wovyr-c-" + hex.EncodeToString(b[:])
+}
+
+// Prepare implements sandbox.Backend: it builds the bundle, creates and
+// starts the container and waits until the agent answers. Each step is named
+// in its error; a failure undoes what was done.
+func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.Sandbox, error) {
+	if tmpl.Kind != sandbox.KindCommand && tmpl.Kind != "" {
+		return nil, sandbox.Errorf(sandbox.BadInput, "template.kind", "%s backend runs command workloads only (the wasm runner is not wired yet)", b.name)
+	}
+	name := tmpl.Image
+	if name == "" {
+		name = b.cfg.DefaultImage
+	}
+	if !image.ValidName(name) {
+		return nil, sandbox.Errorf(sandbox.BadInput, "template.image", "invalid image name %q", name)
+	}
+	if !image.Exists(b.imagesDir(), name) {
+		return nil, sandbox.Errorf(sandbox.BadInput, "template.image", "no template %q (build it: wovyr image build %s)", name, name)
+	}
+	d, err := b.chosen(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, tmpl.Limits.WithDefaults())
+}
+
+func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, lim sandbox.Limits) (_ *Sandbox, err error) {
+	s := &Sandbox{b: b, d: d, id: newID(b.gvisor), image: name, limits: lim}
+	s.dir = filepath.Join(b.run, "sb", s.id)
+	defer func() {
+		if err != nil {
+			_ = s.Destroy(context.WithoutCancel(ctx))
+			err = sandbox.Wrap(sandbox.BackendFailure, err, "%s: prepare %s", b.name, s.id)
+		}
+	}()
+	step := func(name string, f func() error) error {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if err := f(); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	}
+	if err := step("scratch", s.makeScratch); err != nil {
+		return nil, err
+	}
+	if err := step("uid range", func() (err error) {
+		s.slot, err = acquireSlot(b.run, b.cfg.UIDBase, b.cfg.Slots)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	s.defer1(func(context.Context) error { s.slot.release(); return nil })
+	s.defer1(func(context.Context) error { return removeScratch(s.dir) })
+	if err := step("rootfs", func() error { return assembleRootfs(rootfs, s.dir, s.slot.ids, lim.Disk) }); err != nil {
+		return nil, err
+	}
+	if err := step("spec", s.writeSpec); err != nil {
+		return nil, err
+	}
+	s.defer1(func(ctx context.Context) error { return removeCgroup(ctx, poolCgroup(s.id)) })
+	s.defer1(func(ctx context.Context) error { return d.destroy(ctx, s.id) })
+	if err := step("create", func() error { return s.create(ctx) }); err != nil {
+		return nil, err
+	}
+	if err := step("start", func() error { return d.run(ctx, 30*time.Second, "start", s.id) }); err != nil {
+		return nil, err
+	}
+	if err := step("ready", func() error { return s.ready(ctx) }); err != nil {
+		return nil, err
+	}
+	b.cfg.Logger.Debug("sandbox prepared", "backend", b.name, "id", s.id, "image", name, "runtime", d.name, "uid", s.slot.ids.HostUID)
+	return s, nil
+}
+
+func (s *Sandbox) defer1(f func(context.Context) error) { s.cleanup = append(s.cleanup, f) }
+
+// makeScratch creates the sandbox directory and takes its lock while holding
+// the run directory's shared lock, so Reconcile never sees it unlocked.
+func (s *Sandbox) makeScratch() error {
+	g, err := lockBlocking(filepath.Join(s.b.run, "reconcile.lock"), unix.LOCK_SH)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	if err := os.Mkdir(s.dir, 0o711); err != nil {
+		return err
+	}
+	s.lock, err = lockFile(filepath.Join(s.dir, "lock"), unix.LOCK_EX)
+	if err == nil && s.lock == nil {
+		err = errors.New("fresh sandbox lock is held by someone else")
+	}
+	if err != nil {
+		os.RemoveAll(s.dir)
+		return err
+	}
+	return nil
+}
+
+func (s *Sandbox) writeSpec() error {
+	spec, err := buildSpec(specParams{
+		rootfs: filepath.Join(s.dir, "rootfs"), agent: s.b.agent, cgroups: "/" + poolCgroup(s.id),
+		ids: s.slot.ids, limits: s.limits, gvisor: s.b.gvisor,
+	})
+	if err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(spec, "", "\t")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(s.dir, "config.json"), js, 0o600)
+}
+
+// pipeConn is the host end of the agent's stdio.
+type pipeConn struct {
+	io.Reader
+	io.Writer
+	r, w *os.File
+}
+
+func (p *pipeConn) Close() error { return errors.Join(p.w.Close(), p.r.Close()) }
+
+// create runs "<runtime> create" with the agent's stdin/stdout as pipes; the
+// container inherits them (no terminal, no console socket).
+func (s *Sandbox) create(ctx context.Context) error {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return err
+	}
+	conn := &pipeConn{Reader: outR, Writer: inW, r: outR, w: inW}
+	s.client = agent.NewClient(conn)
+	s.defer1(func(context.Context) error { return s.client.Close() })
+	logf, err := os.OpenFile(filepath.Join(s.dir, "runtime.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := s.d.createCommand(s.dir, s.id)
+	cmd.Dir = s.dir
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, logf
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err = runBounded(ctx, cmd)
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		b, _ := os.ReadFile(logf.Name())
+		return fmt.Errorf("%s create: %w: %s", s.d.name, err, tail(b, 800))
+	}
+	return nil
+}
+
+// ready waits until the agent answers a no-op job; for runc/crun it also
+// records the agent's host pid (the only process in the pool cgroup).
+func (s *Sandbox) ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rep, err := s.client.Do(ctx, agent.Job{ID: "ready"})
+	if err != nil {
+		b, _ := os.ReadFile(filepath.Join(s.dir, "runtime.log"))
+		return fmt.Errorf("agent did not answer: %w: %s", err, tail(b, 800))
+	}
+	if rep.Error != "" {
+		return fmt.Errorf("agent: %s", rep.Error)
+	}
+	if !s.b.gvisor {
+		pids := cgroupProcs(poolCgroup(s.id))
+		if len(pids) != 1 {
+			return fmt.Errorf("want exactly the agent in %s, found pids %v", poolCgroup(s.id), pids)
+		}
+		s.agentPID = pids[0]
+	}
+	return nil
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// Destroy implements sandbox.Sandbox: kill and delete the container, remove
+// its cgroups, mounts and scratch, and free its uid range. Idempotent; it
+// ignores ctx's cancellation (cleanup must finish).
+func (s *Sandbox) Destroy(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone {
+		return nil
+	}
+	s.gone = true
+	ctx = context.WithoutCancel(ctx)
+	var errs []error
+	if s.tenant != nil {
+		errs = append(errs, s.tenant.Destroy(ctx))
+	}
+	for i := len(s.cleanup) - 1; i >= 0; i-- {
+		if err := s.cleanup[i](ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.tenant != nil {
+		// The runtime cannot know this group; make sure no hierarchy keeps it.
+		errs = append(errs, removeCgroup(ctx, s.tenant.Path()))
+	}
+	if s.lock != nil {
+		s.lock.Close()
+	}
+	if err := errors.Join(errs...); err != nil {
+		s.b.cfg.Logger.Warn("sandbox destroy", "id", s.id, "err", err)
+		return sandbox.Wrap(sandbox.BackendFailure, err, "%s: destroy %s", s.b.name, s.id)
+	}
+	return nil
+}
+
+// ID is the sandbox's container id (and cgroup leaf name).
+func (s *Sandbox) ID() string { return s.id }

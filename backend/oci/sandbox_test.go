@@ -1,0 +1,63 @@
+package oci
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+func newBackends(t *testing.T) map[string]*Backend {
+	t.Helper()
+	c, err := NewContainer(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]*Backend{"container": c}
+}
+
+func run(t *testing.T, b *Backend, inv *sandbox.Invocation) *sandbox.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand, Image: inv.Workload.Image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := sb.Destroy(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	res, err := sb.Run(ctx, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func cmd(argv ...string) *sandbox.Invocation {
+	return &sandbox.Invocation{Tenant: "acme", Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: argv},
+		Policy: sandbox.Policy{Trust: sandbox.Untrusted}}
+}
+
+func TestIDAndCaps(t *testing.T) {
+	for name, b := range newBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			res := run(t, b, cmd("/bin/sh", "-c", "id; grep Cap /proc/self/status"))
+			out := string(res.Stdout)
+			t.Logf("%s", out)
+			if res.ExitCode != 0 || res.Class != sandbox.OK {
+				t.Fatalf("exit %d class %q stderr %s", res.ExitCode, res.Class, res.Stderr)
+			}
+			if !strings.Contains(out, "uid=0(root)") {
+				t.Errorf("want uid 0 inside, got %s", out)
+			}
+			if !strings.Contains(out, "CapEff:\t0000000000000000") {
+				t.Errorf("want no effective capabilities, got %s", out)
+			}
+		})
+	}
+}
