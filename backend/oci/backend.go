@@ -165,4 +165,3 @@ func (b *Backend) chosen(ctx context.Context) (*driver, error) {
 	defer b.mu.Unlock()
 	return b.driver, nil
 }
-

@@ -94,7 +94,11 @@ func removeCgroup(ctx context.Context, rel string) error {
 		if err := rmdirTree(d, deadline); err != nil {
 			errs = append(errs, err)
 		}
-		_ = syscall.Rmdir(filepath.Dir(d)) // the parent, if now empty
+	}
+	if parent := filepath.Dir(rel); strings.Count(parent, "/") >= 1 {
+		for _, h := range hierarchies() {
+			_ = syscall.Rmdir(filepath.Join(h, parent)) // a tenant or pool dir, if now empty
+		}
 	}
 	return errors.Join(errs...)
 }

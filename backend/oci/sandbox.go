@@ -25,15 +25,15 @@ import (
 // Sandbox is one prepared container running the agent. It runs at most one
 // invocation; Destroy releases everything it holds.
 type Sandbox struct {
-	b      *Backend
-	d      *driver
-	id     string // container id, "wovyr-c-…" or "wovyr-g-…"
-	dir    string // scratch + bundle: <run>/sb/<id>
-	image  string
-	limits sandbox.Limits // the template's shape
-	slot   *slot
-	lock   *os.File // held while the sandbox lives (see locks.go)
-	client *agent.Client
+	b        *Backend
+	d        *driver
+	id       string // container id, "wovyr-c-…" or "wovyr-g-…"
+	dir      string // scratch + bundle: <run>/sb/<id>
+	image    string
+	limits   sandbox.Limits // the template's shape
+	slot     *slot
+	lock     *os.File // held while the sandbox lives (see locks.go)
+	client   *agent.Client
 	agentPID int // host pid of the container init (container only)
 
 	mu      sync.Mutex

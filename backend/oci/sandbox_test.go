@@ -15,7 +15,11 @@ func newBackends(t *testing.T) map[string]*Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return map[string]*Backend{"container": c}
+	g, err := NewGVisor(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]*Backend{"container": c, "gvisor": g}
 }
 
 func run(t *testing.T, b *Backend, inv *sandbox.Invocation) *sandbox.Result {
