@@ -140,6 +140,12 @@ func (s *Sandbox) claim(inv *sandbox.Invocation, lim sandbox.Limits) error {
 	s.mu.Lock()
 	s.tenant = g
 	s.mu.Unlock()
+	// No swap: past the limit a workload must die, not page (cgroup v1).
+	if d := cgroupDirs(g.Path()); len(d) > 0 {
+		for _, dir := range d {
+			_ = os.WriteFile(dir+"/memory.memsw.limit_in_bytes", []byte(fmt.Sprint(lim.Memory)), 0)
+		}
+	}
 	for _, pid := range cgroupProcs(poolCgroup(s.id)) {
 		if err := g.Add(pid); err != nil && !errors.Is(err, unix.ESRCH) {
 			return err
@@ -154,7 +160,7 @@ func (s *Sandbox) claim(inv *sandbox.Invocation, lim sandbox.Limits) error {
 	for _, r := range []struct {
 		res int
 		val uint64
-	}{{unix.RLIMIT_NOFILE, uint64(lim.NoFile)}, {unix.RLIMIT_FSIZE, uint64(lim.Disk)}} {
+	}{{unix.RLIMIT_NOFILE, uint64(lim.NoFile)}, {unix.RLIMIT_FSIZE, uint64(lim.Disk)}, {unix.RLIMIT_NPROC, uint64(lim.Pids + 1)}} {
 		rl := unix.Rlimit{Cur: r.val, Max: r.val}
 		if err := unix.Prlimit(s.agentPID, r.res, &rl, nil); err != nil {
 			return fmt.Errorf("prlimit %d: %w", s.agentPID, err)

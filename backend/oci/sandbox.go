@@ -268,6 +268,12 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		// The runtime cannot know this group; make sure no hierarchy keeps it.
 		errs = append(errs, removeCgroup(ctx, s.tenant.Path()))
 	}
+	if s.agentPID != 0 {
+		// The init's death takes its pid namespace with it (the kernel
+		// reaps every member first); only its own zombie, which the host's
+		// reaper collects, may outlive it.
+		errs = append(errs, waitDead(s.agentPID, 5*time.Second))
+	}
 	if s.lock != nil {
 		s.lock.Close()
 	}
@@ -276,6 +282,25 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		return sandbox.Wrap(sandbox.BackendFailure, err, "%s: destroy %s", s.b.name, s.id)
 	}
 	return nil
+}
+
+// waitDead waits until pid has exited (gone or a zombie).
+func waitDead(pid int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return nil
+		}
+		// The state follows the parenthesised command name.
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X') {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("agent pid %d still alive", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // ID is the sandbox's container id (and cgroup leaf name).

@@ -24,22 +24,30 @@ func newBackends(t *testing.T) map[string]*Backend {
 
 func run(t *testing.T, b *Backend, inv *sandbox.Invocation) *sandbox.Result {
 	t.Helper()
+	res, _ := runID(t, b, inv)
+	return res
+}
+
+// runID prepares, runs and destroys one sandbox, then checks the host kept
+// nothing of it; it returns the result and the sandbox's id.
+func runID(t *testing.T, b *Backend, inv *sandbox.Invocation) (*sandbox.Result, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sb, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand, Image: inv.Workload.Image})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		if err := sb.Destroy(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
+	s := sb.(*Sandbox)
 	res, err := sb.Run(ctx, inv)
+	if derr := sb.Destroy(ctx); derr != nil {
+		t.Error(derr)
+	}
+	assertNoLeftovers(t, b, s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return res
+	return res, s.id
 }
 
 func cmd(argv ...string) *sandbox.Invocation {

@@ -61,6 +61,9 @@ func buildSpec(p specParams) (*specs.Spec, error) {
 				{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile},
 				{Type: "RLIMIT_FSIZE", Hard: uint64(p.limits.Disk), Soft: uint64(p.limits.Disk)},
 				{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
+				// Per host uid, and each sandbox has its own range: a second
+				// bound on processes, and the one gVisor's Sentry enforces.
+				{Type: "RLIMIT_NPROC", Hard: uint64(p.limits.Pids + 1), Soft: uint64(p.limits.Pids + 1)},
 				{Type: "RLIMIT_MEMLOCK", Hard: 64 << 10, Soft: 64 << 10},
 			},
 			OOMScoreAdj: intPtr(500),
