@@ -139,7 +139,7 @@ func (d *driver) exists(id string) bool {
 func (d *driver) list(ctx context.Context) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cmd := d.command("list", "-q")
+	cmd := d.command("list", "--quiet")
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := runBounded(ctx, cmd); err != nil {

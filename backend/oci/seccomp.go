@@ -24,7 +24,11 @@ var deniedSyscalls = []string{
 // seccompProfile returns moby's default profile for s (it adapts to the
 // spec's capabilities, which are none) with deniedSyscalls removed from every
 // allow rule and refused with EPERM.
-func seccompProfile(s *specs.Spec) (*specs.LinuxSeccomp, error) {
+//
+// For gVisor, syslog is allowed too: inside runsc it reads the Sentry's own
+// boot log, never the host kernel's, and it is how a workload sees that it
+// runs on gVisor (dmesg).
+func seccompProfile(s *specs.Spec, gvisor bool) (*specs.LinuxSeccomp, error) {
 	p, err := seccomp.GetDefaultProfile(s)
 	if err != nil {
 		return nil, fmt.Errorf("oci: default seccomp profile: %w", err)
@@ -41,6 +45,9 @@ func seccompProfile(s *specs.Spec) (*specs.LinuxSeccomp, error) {
 	}
 	eperm := uint(1)
 	p.Syscalls = append([]specs.LinuxSyscall{{Names: slices.Clone(deniedSyscalls), Action: specs.ActErrno, ErrnoRet: &eperm}}, kept...)
+	if gvisor {
+		p.Syscalls = append(p.Syscalls, specs.LinuxSyscall{Names: []string{"syslog"}, Action: specs.ActAllow})
+	}
 	return p, nil
 }
 

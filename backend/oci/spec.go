@@ -87,7 +87,7 @@ func buildSpec(p specParams) (*specs.Spec, error) {
 			ReadonlyPaths: readonlyPaths,
 		},
 	}
-	sc, err := seccompProfile(s)
+	sc, err := seccompProfile(s, p.gvisor)
 	if err != nil {
 		return nil, err
 	}
