@@ -165,3 +165,8 @@ func (b *Backend) chosen(ctx context.Context) (*driver, error) {
 	defer b.mu.Unlock()
 	return b.driver, nil
 }
+
+// rangeFor returns the first uid range (benchmarks' raw bundles).
+func (b *Backend) rangeFor() idmap.Range {
+	return idmap.Range{HostUID: b.cfg.UIDBase, HostGID: b.cfg.UIDBase, Size: rangeSize}
+}

@@ -43,9 +43,9 @@ func TestLintSpecPositiveControls(t *testing.T) {
 			s.Linux.Namespaces = s.Linux.Namespaces[:5]
 			return nil
 		},
-		"host root": func(s *specs.Spec) []string { s.Linux.UIDMappings[0].HostID = 0; return nil },
+		"host root":  func(s *specs.Spec) []string { s.Linux.UIDMappings[0].HostID = 0; return nil },
 		"pids limit": func(s *specs.Spec) []string { s.Linux.Resources.Pids = nil; return nil },
-		"seccomp": func(s *specs.Spec) []string { s.Linux.Seccomp = nil; return nil },
+		"seccomp":    func(s *specs.Spec) []string { s.Linux.Seccomp = nil; return nil },
 		"io_uring": func(s *specs.Spec) []string {
 			s.Linux.Seccomp.Syscalls[0].Names = s.Linux.Seccomp.Syscalls[0].Names[3:]
 			s.Linux.Seccomp.Syscalls = append(s.Linux.Seccomp.Syscalls, specs.LinuxSyscall{Names: []string{"io_uring_setup"}, Action: specs.ActAllow})
@@ -55,7 +55,7 @@ func TestLintSpecPositiveControls(t *testing.T) {
 			s.Mounts = append(s.Mounts, specs.Mount{Destination: "/host", Source: "/", Type: "bind"})
 			return nil
 		},
-		"kcore": func(s *specs.Spec) []string { s.Linux.MaskedPaths = nil; return nil },
+		"kcore":          func(s *specs.Spec) []string { s.Linux.MaskedPaths = nil; return nil },
 		"--network=host": func(s *specs.Spec) []string { return []string{"--network=host"} },
 		"annotation": func(s *specs.Spec) []string {
 			s.Annotations = map[string]string{"dev.gvisor.flag.network": "host"}

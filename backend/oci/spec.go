@@ -16,6 +16,10 @@ const (
 	guestPATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 
+// ociVersion is the spec version written: crun 1.8 refuses newer ones, and
+// nothing used here is newer than 1.0.2.
+const ociVersion = "1.0.2"
+
 // specParams is everything one sandbox's spec depends on.
 type specParams struct {
 	rootfs  string // merged root filesystem (host path)
@@ -45,7 +49,7 @@ func buildSpec(p specParams) (*specs.Spec, error) {
 	none := []string{}
 	nofile := uint64(p.limits.NoFile)
 	s := &specs.Spec{
-		Version:  specs.Version,
+		Version:  ociVersion,
 		Hostname: "wovyr",
 		Root:     &specs.Root{Path: p.rootfs},
 		Process: &specs.Process{
