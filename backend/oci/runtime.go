@@ -111,7 +111,6 @@ func runBounded(ctx context.Context, cmd *exec.Cmd) error {
 
 // destroy kills and deletes container id, tolerating "does not exist".
 func (d *driver) destroy(ctx context.Context, id string) error {
-	_ = d.run(ctx, 5*time.Second, "kill", id, "KILL")
 	err := d.run(ctx, 10*time.Second, "delete", "--force", id)
 	if err != nil && !d.exists(id) {
 		return nil

@@ -256,17 +256,15 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	s.gone = true
 	ctx = context.WithoutCancel(ctx)
 	var errs []error
-	if s.tenant != nil {
-		errs = append(errs, s.tenant.Destroy(ctx))
-	}
 	for i := len(s.cleanup) - 1; i >= 0; i-- {
 		if err := s.cleanup[i](ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if s.tenant != nil {
-		// The runtime cannot know this group; make sure no hierarchy keeps it.
-		errs = append(errs, removeCgroup(ctx, s.tenant.Path()))
+		// The runtime cannot know this group: kill what is left in it and
+		// make sure no hierarchy keeps it.
+		errs = append(errs, s.tenant.Destroy(ctx), removeCgroup(ctx, s.tenant.Path()))
 	}
 	if s.agentPID != 0 {
 		// The init's death takes its pid namespace with it (the kernel
