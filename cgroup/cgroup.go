@@ -46,6 +46,7 @@ type Stats struct {
 	CPU        time.Duration
 	OOMKills   int // processes the kernel OOM-killed in this group
 	PidsMax    int // times a fork failed at pids.max
+	PeakPids   int // most tasks at once, where the kernel reports it
 }
 
 // Group is one cgroup, spanning the needed controllers.
@@ -94,7 +95,7 @@ func New(rel string, lim Limits) (*Group, error) {
 			return nil, fmt.Errorf("cgroup: create: %w", err)
 		}
 	}
-	if err := g.setLimits(lim); err != nil {
+	if err := g.SetLimits(lim); err != nil {
 		g.remove()
 		return nil, err
 	}
@@ -116,7 +117,8 @@ func (g *Group) ctrl(name string) string {
 	panic("cgroup: unknown controller " + name)
 }
 
-func (g *Group) setLimits(lim Limits) error {
+// SetLimits applies lim; zero fields are left as they are.
+func (g *Group) SetLimits(lim Limits) error {
 	type setting struct{ ctrl, file, val string }
 	var w []setting
 	if g.v2 {
@@ -196,18 +198,23 @@ func (g *Group) Stats() Stats {
 		s.CPU = time.Duration(keyed(filepath.Join(g.dirs[0], "cpu.stat"), "usage_usec")) * time.Microsecond
 		s.OOMKills = int(keyed(filepath.Join(g.dirs[0], "memory.events"), "oom_kill"))
 		s.PidsMax = int(keyed(filepath.Join(g.dirs[0], "pids.events"), "max"))
+		s.PeakPids = int(readInt(filepath.Join(g.dirs[0], "pids.peak")))
 		return s
 	}
 	s.PeakMemory = readInt(filepath.Join(g.ctrl("memory"), "memory.max_usage_in_bytes"))
 	s.CPU = time.Duration(readInt(filepath.Join(g.ctrl("cpuacct"), "cpuacct.usage")))
 	s.OOMKills = int(keyed(filepath.Join(g.ctrl("memory"), "memory.oom_control"), "oom_kill"))
 	s.PidsMax = int(keyed(filepath.Join(g.ctrl("pids"), "pids.events"), "max"))
+	s.PeakPids = int(readInt(filepath.Join(g.ctrl("pids"), "pids.peak")))
 	return s
 }
 
 // Kill freezes the group, SIGKILLs every member and waits (bounded by ctx)
 // until it is empty. Freezing first means nothing can fork in between.
 func (g *Group) Kill(ctx context.Context) error {
+	if pids, err := g.Pids(); err == nil && len(pids) == 0 {
+		return nil // the common case after a clean exit: nothing to freeze
+	}
 	freeze := filepath.Join(g.ctrl("freezer"), "freezer.state")
 	frozen, thawed := "FROZEN", "THAWED"
 	if g.v2 {

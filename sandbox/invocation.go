@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"path"
 	"regexp"
 	"strings"
@@ -275,4 +277,14 @@ func totalLen(ss []string) int {
 		n += len(s)
 	}
 	return n
+}
+
+// NewID returns a fresh random identifier usable as an invocation or
+// sandbox id (it matches the tenant/id pattern).
+func NewID() string {
+	var b [10]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("sandbox: no randomness: " + err.Error()) // crypto/rand never fails on Linux
+	}
+	return hex.EncodeToString(b[:])
 }

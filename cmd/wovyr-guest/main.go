@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/wovyr/wovyr/agent"
+	"github.com/wovyr/wovyr/battery/prober"
 )
 
 func main() {
@@ -25,6 +26,8 @@ func main() {
 	switch os.Args[1] {
 	case "agent":
 		os.Exit(agentMain(ctx, os.Args[2:]))
+	case "probe":
+		os.Exit(prober.Main(os.Args[2:], os.Stdout))
 	default:
 		fmt.Fprintf(os.Stderr, "wovyr-guest: unknown command %q\n", os.Args[1])
 		os.Exit(2)

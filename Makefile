@@ -1,0 +1,34 @@
+# wovyr — the two commands a newcomer needs:
+#   make demo   installs what wovyr needs, builds it, certifies every backend
+#               that works on this machine and runs a few invocations
+#   make test   the whole test suite (as root; CI runs this via .ci/run)
+
+export PATH := /usr/local/go/bin:$(PATH)
+GO      ?= go
+STATE   ?= /var/lib/wovyr
+WOVYR   := bin/wovyr --state-dir $(STATE) --guest $(CURDIR)/bin/wovyr-guest
+
+.PHONY: all build deps demo test test-race bench clean
+
+all: build
+
+deps:
+	scripts/install-deps
+
+build:
+	$(GO) build -o bin/wovyr ./cmd/wovyr
+	CGO_ENABLED=0 $(GO) build -o bin/wovyr-guest ./cmd/wovyr-guest
+
+demo: deps build
+	scripts/demo $(STATE)
+
+test: deps build
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 60m ./...
+	$(GO) test -count=1 -race -timeout 20m ./manager/... ./store/... ./agent/...
+
+bench: build
+	$(WOVYR) bench
+
+clean:
+	rm -rf bin

@@ -1,0 +1,294 @@
+package native
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/wovyr/wovyr/agent"
+	"github.com/wovyr/wovyr/battery"
+	"github.com/wovyr/wovyr/cgroup"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// state is the sandbox lifecycle: prepared → running → used → destroyed.
+// A native sandbox runs one invocation; it has no verified reset.
+type state int
+
+const (
+	prepared state = iota
+	running
+	used
+	destroyed
+)
+
+type nativeSandbox struct {
+	b        *Backend
+	id       string
+	dir      string
+	tmpl     sandbox.Template
+	uid, gid uint32 // zero until allocated
+	hasUID   bool
+
+	mu      sync.Mutex
+	state   state
+	mounted bool
+	group   *cgroup.Group
+	netns   *os.File
+}
+
+// newSandbox makes the tenant-neutral parts ahead of any invocation: the
+// workspace tmpfs, an empty cgroup and an empty network namespace. Run then
+// only applies limits and starts the process.
+func newSandbox(b *Backend, id string, tmpl sandbox.Template) (_ *nativeSandbox, err error) {
+	s := &nativeSandbox{b: b, id: id, dir: filepath.Join(b.scratch, id), tmpl: tmpl}
+	defer func() {
+		if err != nil {
+			s.Destroy(context.Background())
+		}
+	}()
+	switch b.weak {
+	case battery.RunAsRoot:
+		s.uid, s.gid = 0, 0
+	case battery.SharedUID:
+		s.uid, s.gid = b.uids.base, b.uids.base
+	default:
+		uid, err := b.uids.get()
+		if err != nil {
+			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: prepare")
+		}
+		s.uid, s.gid, s.hasUID = uid, uid, true
+	}
+	size := int64(sandbox.DefaultDisk)
+	if b.weak == battery.NoDiskQuota {
+		size = 0 // tmpfs: no size or inode limit
+	}
+	if err := mountWorkspace(s.dir, size, s.uid, s.gid); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: workspace")
+	}
+	s.mounted = true
+	if s.group, err = cgroup.New(fmt.Sprintf("%s/native/%s", cgroup.Prefix, id), cgroup.Limits{}); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: cgroup")
+	}
+	if s.netns, err = newNetns(); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: netns")
+	}
+	return s, nil
+}
+
+// claim moves prepared → running; anything else is a caller bug reported
+// as an error rather than a panic, since pools call it concurrently.
+func (s *nativeSandbox) claim() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state != prepared {
+		return sandbox.Errorf(sandbox.BackendFailure, "", "native sandbox %s is not fresh (state %d): sandboxes run one invocation", s.id, s.state)
+	}
+	s.state = running
+	return nil
+}
+
+// Run implements sandbox.Sandbox.
+func (s *nativeSandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Result, error) {
+	if err := inv.Validate(); err != nil {
+		return nil, err
+	}
+	if inv.Workload.Kind != sandbox.KindCommand {
+		return nil, sandbox.Errorf(sandbox.BadInput, "workload.kind", "native runs command workloads, not %s", inv.Workload.Kind)
+	}
+	if !inv.Policy.Network.DenyAll() {
+		return nil, sandbox.Errorf(sandbox.Unenforceable, "policy.network", "native backend enforces deny-all egress only")
+	}
+	if err := s.claim(); err != nil {
+		return nil, err
+	}
+	defer func() { s.mu.Lock(); s.state = used; s.mu.Unlock() }()
+
+	lim := inv.Limits.WithDefaults()
+	if lim.Disk != sandbox.DefaultDisk && s.b.weak != battery.NoDiskQuota {
+		if err := resizeWorkspace(s.dir, lim.Disk); err != nil {
+			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: workspace")
+		}
+	}
+	if err := writeFiles(s.dir, inv.Workload.Files, s.uid, s.gid); err != nil {
+		return nil, err
+	}
+	prog, err := agent.LookPath(inv.Workload.Argv[0], inv.Workload.Env)
+	if err != nil {
+		return nil, sandbox.Wrap(sandbox.BadInput, err, "workload.argv")
+	}
+	cl := cgroup.Limits{Memory: lim.Memory, Pids: lim.Pids, CPUMillis: inv.Resources.CPUMillis}
+	switch s.b.weak {
+	case battery.NoPidsLimit:
+		cl.Pids = 0
+	case battery.NoMemoryLimit:
+		cl.Memory = 0
+	}
+	if err := s.group.SetLimits(cl); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: cgroup limits")
+	}
+	return s.run(ctx, inv, prog, lim)
+}
+
+func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog string, lim sandbox.Limits) (*sandbox.Result, error) {
+	p, err := newPipes()
+	if err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: pipes")
+	}
+	defer p.close()
+	cmd := exec.Command(prog)
+	cmd.Args = inv.Workload.Argv
+	cmd.Env = append([]string{}, inv.Workload.Env...) // non-nil: nothing inherited
+	if s.b.weak == battery.InheritEnv {
+		cmd.Env = append(os.Environ(), cmd.Env...)
+	}
+	cmd.Dir = s.dir
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.stdinR, p.stdoutW, p.stderrW
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setsid:     true,
+		Credential: &syscall.Credential{Uid: s.uid, Gid: s.gid, Groups: []uint32{}},
+	}
+	rl := &rlimits{noFile: uint64(lim.NoFile), fsize: uint64(lim.Disk)}
+	if lim.CPU > 0 {
+		rl.cpu = uint64((lim.CPU + time.Second - 1) / time.Second)
+	}
+	sp := spawn{netns: s.netns, group: s.group, limits: rl, uid: s.uid, gid: s.gid, noNewPrivs: true}
+	switch s.b.weak {
+	case battery.NoRlimits, battery.NoDiskQuota:
+		sp.limits = nil
+	case battery.HostNetwork:
+		sp.netns = nil
+	case battery.KeepOrphans:
+		sp.group = nil
+	case battery.RunAsRoot:
+		sp.noNewPrivs = false
+	}
+	res := &sandbox.Result{ID: inv.ID, Backend: s.b.Name()}
+	res.Timings.Started = time.Now()
+	if err := sp.start(cmd); err != nil {
+		if st, serr := os.Stat(prog); serr != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+			return nil, sandbox.Wrap(sandbox.BadInput, err, "workload.argv: cannot execute %s", prog)
+		}
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: start")
+	}
+	p.closeChildEnds()
+
+	if s.b.weak == battery.NoOutputCap {
+		lim.Output = 1 << 40
+	}
+	stdout, stderr := &sandbox.Capped{Limit: lim.Output}, &sandbox.Capped{Limit: lim.Output}
+	var drain sync.WaitGroup
+	drain.Go(func() { copyQuiet(stdout, p.stdoutR) })
+	drain.Go(func() { copyQuiet(stderr, p.stderrR) })
+	go func() {
+		// Stdin is fed in the background; EPIPE from a workload that never
+		// reads it is not an error.
+		p.stdinW.Write(inv.Workload.Stdin)
+		p.stdinW.Close()
+	}()
+
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	if s.b.weak == battery.NoDeadline {
+		lim.Wall = 1 << 62
+	}
+	timer := time.NewTimer(lim.Wall)
+	defer timer.Stop()
+	killCtx := context.WithoutCancel(ctx)
+	select {
+	case err = <-done:
+	case <-timer.C:
+		res.Class, res.Error = sandbox.Timeout, fmt.Sprintf("wall deadline %s passed", lim.Wall)
+		_ = s.group.Kill(killCtx)
+		err = <-done
+	case <-ctx.Done():
+		res.Class, res.Error = sandbox.Killed, fmt.Sprintf("cancelled: %v", context.Cause(ctx))
+		_ = s.group.Kill(killCtx)
+		err = <-done
+	}
+	res.Usage.Wall = time.Since(res.Timings.Started)
+	// The leader is gone; whatever it left behind goes too, which also
+	// closes every copy of the output pipes.
+	if kerr := s.group.Kill(killCtx); kerr != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, kerr, "native: kill leftovers")
+	}
+	drain.Wait()
+	res.Timings.Finished = time.Now()
+	st := s.group.Stats()
+	res.Usage.CPU, res.Usage.PeakMemory = st.CPU, st.PeakMemory
+	res.Stdout, res.StdoutTruncated = stdout.Bytes(), stdout.Truncated
+	res.Stderr, res.StderrTruncated = stderr.Bytes(), stderr.Truncated
+	sig := exitStatus(res, cmd, err)
+	if res.Class == sandbox.OK && st.OOMKills > 0 {
+		res.Class, res.Error = sandbox.OOM, fmt.Sprintf("memory limit %d bytes reached (%d process(es) OOM-killed)", lim.Memory, st.OOMKills)
+	}
+	if res.Class == sandbox.OK && lim.CPU > 0 && st.CPU >= lim.CPU && (sig == syscall.SIGXCPU || sig == syscall.SIGKILL) {
+		res.Class, res.Error = sandbox.Timeout, fmt.Sprintf("CPU limit %s reached", lim.CPU)
+	}
+	if res.Files, err = collectFiles(s.dir, inv.Workload.Collect, lim.Disk); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: collect files")
+	}
+	return res, nil
+}
+
+// exitStatus fills the exit code and signal and returns the signal, if one
+// ended the process.
+func exitStatus(res *sandbox.Result, cmd *exec.Cmd, waitErr error) syscall.Signal {
+	ps := cmd.ProcessState
+	if ps == nil {
+		res.ExitCode = -1
+		if res.Class == sandbox.OK {
+			res.Class, res.Error = sandbox.BackendFailure, fmt.Sprint(waitErr)
+		}
+		return 0
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		res.Signal = ws.Signal().String()
+		res.ExitCode = 128 + int(ws.Signal())
+		return ws.Signal()
+	}
+	res.ExitCode = ps.ExitCode()
+	return 0
+}
+
+func copyQuiet(dst io.Writer, src io.Reader) {
+	_, _ = io.Copy(dst, src)
+}
+
+// Destroy implements sandbox.Sandbox: kill everything, remove the cgroup and
+// the workspace. It is idempotent and ignores ctx cancellation.
+func (s *nativeSandbox) Destroy(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state == destroyed {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var errs []error
+	if s.group != nil {
+		errs = append(errs, s.group.Destroy(ctx))
+	}
+	if s.netns != nil {
+		errs = append(errs, s.netns.Close())
+	}
+	if s.mounted {
+		errs = append(errs, unmountWorkspace(s.dir))
+	}
+	if s.hasUID {
+		s.b.uids.put(s.uid)
+		s.hasUID = false
+	}
+	s.state = destroyed
+	if err := errors.Join(errs...); err != nil {
+		return sandbox.Wrap(sandbox.BackendFailure, err, "native: destroy %s", s.id)
+	}
+	return nil
+}

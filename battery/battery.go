@@ -1,0 +1,192 @@
+// Package battery is the escape and isolation battery that certifies a
+// backend (DESIGN.md §6): it runs each probe of the catalogue that applies
+// to the backend, in fresh sandboxes, against the exact secure outcome, and
+// runs it again against a deliberately weakened configuration of the same
+// backend — the positive control — which must report the weakness. A probe
+// whose control does not flag proves nothing, and fails certification.
+//
+// The in-sandbox half of each probe lives in package prober (compiled into
+// the static wovyr-guest binary); this package drives it and judges.
+package battery
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/wovyr/wovyr/cert"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// Row is one catalogue entry.
+type Row struct {
+	ID       int
+	Name     string
+	Backends string // BATTERY.md's letters: "L", "all", "W", "C,G", …
+}
+
+// letters maps backend names to BATTERY.md's letters.
+var letters = map[string]string{"native": "N", "wasm": "W", "container": "C", "gvisor": "G", "microvm": "M"}
+
+// appliesTo reports whether row r names backend.
+func (r Row) appliesTo(backend string) bool {
+	l := letters[backend]
+	for _, part := range strings.Split(r.Backends, ",") {
+		switch p := strings.TrimSpace(part); {
+		case p == "all", p == l:
+			return true
+		case p == "L" && l != "W" && l != "":
+			return true
+		}
+	}
+	return false
+}
+
+// Catalogue returns the rows, in order.
+func Catalogue() []Row { return append([]Row(nil), catalogue...) }
+
+// Weakness names a deliberately weakened configuration for a positive
+// control. Backends under certification implement Weakener for the ones
+// that make sense for them.
+type Weakness string
+
+// Weaknesses used by the probes.
+const (
+	NoPidsLimit   Weakness = "no-pids-limit"
+	NoMemoryLimit Weakness = "no-memory-limit"
+	NoDiskQuota   Weakness = "no-disk-quota"
+	NoRlimits     Weakness = "no-rlimits"
+	NoDeadline    Weakness = "no-deadline"
+	NoOutputCap   Weakness = "no-output-cap"
+	KeepOrphans   Weakness = "keep-orphans"
+	HostNetwork   Weakness = "host-network"
+	InheritEnv    Weakness = "inherit-env"
+	RunAsRoot     Weakness = "run-as-root"
+	SharedUID     Weakness = "shared-uid"
+)
+
+// Weakener returns a copy of a backend with one weakness, for positive
+// controls only. The copy's Capability.ConfigHash must differ, so a
+// weakened backend can never carry the real backend's certification.
+type Weakener interface {
+	Weakened(w Weakness) (sandbox.Backend, error)
+}
+
+// Target is one backend configuration a probe runs against.
+type Target struct {
+	Backend sandbox.Backend
+	// Guest is the argv prefix that runs the prober inside this backend's
+	// sandboxes, e.g. {"/opt/wovyr/wovyr-guest", "probe"}.
+	Guest []string
+	// Image is the root filesystem template for backends that use one.
+	Image string
+}
+
+// Observation is one probe run's finding.
+type Observation struct {
+	Tried    string
+	Observed string
+	Secure   bool // the exact secure outcome held
+}
+
+// Probe is the host-side half of one catalogue row for some backends.
+type Probe struct {
+	ID       int
+	Weakness Weakness // the positive control's configuration
+	// Backends lists the backend names this implementation covers.
+	Backends []string
+	Run      func(ctx context.Context, t Target) Observation
+}
+
+// Suite is everything needed to certify one backend.
+type Suite struct {
+	Target Target
+	// Probes implemented for this backend; rows of the catalogue that
+	// apply but are not covered here are recorded as failed ("not
+	// implemented") unless NotApplicable explains why they do not apply.
+	Probes []Probe
+	// NotApplicable gives, per row id, why a row naming this backend does
+	// not apply to it (e.g. native promises no mount isolation).
+	NotApplicable map[int]string
+	// Kernel overrides cert.Kernel() (tests).
+	Kernel string
+}
+
+// Run runs the suite and returns the certification record. Progress lines
+// go to progress (nil for none).
+func Run(ctx context.Context, s Suite, progress io.Writer) (cert.Record, error) {
+	b := s.Target.Backend
+	capa := b.Probe(ctx)
+	if !capa.Available {
+		return cert.Record{}, fmt.Errorf("battery: %s is unavailable: %s", b.Name(), capa.Reason)
+	}
+	w, ok := b.(Weakener)
+	if !ok {
+		return cert.Record{}, fmt.Errorf("battery: %s offers no weakened configurations, so no probe can have a positive control", b.Name())
+	}
+	kernel := s.Kernel
+	if kernel == "" {
+		kernel = cert.Kernel()
+	}
+	rec := cert.Record{Key: cert.Key{Backend: b.Name(), RuntimeVersion: capa.Version, Kernel: kernel, ConfigHash: capa.ConfigHash}, Accel: capa.Accel}
+	impl := map[int]Probe{}
+	for _, p := range s.Probes {
+		impl[p.ID] = p
+	}
+	for _, row := range catalogue {
+		if !row.appliesTo(b.Name()) {
+			continue
+		}
+		o := cert.Outcome{ID: row.ID, Name: row.Name, Applies: true}
+		if why, na := s.NotApplicable[row.ID]; na {
+			o.Applies, o.Why = false, why
+			rec.Outcomes = append(rec.Outcomes, o)
+			continue
+		}
+		p, ok := impl[row.ID]
+		if !ok {
+			o.Observed = "not implemented for this backend yet"
+			rec.Outcomes = append(rec.Outcomes, o)
+			report(progress, o)
+			continue
+		}
+		start := time.Now()
+		obs := p.Run(ctx, s.Target)
+		o.Tried, o.Observed, o.Pass = obs.Tried, obs.Observed, obs.Secure
+		weak, err := w.Weakened(p.Weakness)
+		if err != nil {
+			o.ControlObserved = fmt.Sprintf("no %s configuration: %v", p.Weakness, err)
+		} else {
+			wt := s.Target
+			wt.Backend = weak
+			ctl := p.Run(ctx, wt)
+			o.ControlObserved = fmt.Sprintf("[%s] %s", p.Weakness, ctl.Observed)
+			o.ControlFlagged = !ctl.Secure
+		}
+		rec.Outcomes = append(rec.Outcomes, o)
+		report(progress, o, time.Since(start))
+	}
+	rec.Passed = rec.Verdict()
+	rec.At = time.Now().UTC()
+	return rec, nil
+}
+
+func report(w io.Writer, o cert.Outcome, took ...time.Duration) {
+	if w == nil {
+		return
+	}
+	verdict := "PASS"
+	switch {
+	case !o.Pass:
+		verdict = "FAIL"
+	case !o.ControlFlagged:
+		verdict = "FAIL (control did not flag)"
+	}
+	d := ""
+	if len(took) > 0 {
+		d = " " + took[0].Round(time.Millisecond).String()
+	}
+	fmt.Fprintf(w, "#%-3d %-28s %s%s\n", o.ID, o.Name, verdict, d)
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+
+	"github.com/wovyr/wovyr/benchmark"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// benchMain is `wovyr bench`: wovyr's paths next to their raw peers,
+// measured interleaved in one run.
+func benchMain(ctx context.Context, g *globals, args []string) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	n := fs.Int("n", 300, "paired rounds per case")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	nd, err := openNode(g)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wovyr:", err)
+		return exitBackendFailure
+	}
+	rows, err := nativeBench(ctx, nd, *n)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wovyr: bench:", err)
+		return exitBackendFailure
+	}
+	benchmark.Print(os.Stdout, rows)
+	return 0
+}
+
+func nativeBench(ctx context.Context, nd *node, n int) ([]benchmark.Row, error) {
+	b := nd.native
+	inv := &sandbox.Invocation{Tenant: "bench", Policy: sandbox.Policy{Trust: sandbox.Trusted},
+		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: []string{"/bin/true"}}}
+	rawTrue := func() error { return exec.Command("/bin/true").Run() }
+	check := func(res *sandbox.Result, err error) error {
+		if err != nil {
+			return err
+		}
+		if res.Class != sandbox.OK || res.ExitCode != 0 {
+			return fmt.Errorf("class %q exit %d", res.Class, res.ExitCode)
+		}
+		return nil
+	}
+	// Prepared ahead, as a pool holds them, and destroyed after the run:
+	// the run is what an invocation waits for.
+	var ready, used []sandbox.Sandbox
+	defer func() {
+		for _, sb := range append(ready, used...) {
+			sb.Destroy(ctx)
+		}
+	}()
+	for range n + 10 {
+		sb, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
+		if err != nil {
+			return nil, err
+		}
+		ready = append(ready, sb)
+	}
+	prepared := func() error {
+		sb := ready[len(ready)-1]
+		ready = ready[:len(ready)-1]
+		used = append(used, sb)
+		return check(sb.Run(ctx, inv))
+	}
+	cold := func() error {
+		sb, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
+		if err != nil {
+			return err
+		}
+		defer sb.Destroy(ctx)
+		return check(sb.Run(ctx, inv))
+	}
+	var rows []benchmark.Row
+	for _, p := range []benchmark.Pair{
+		{Name: "native run of /bin/true (prepared sandbox)", Subject: prepared, Peer: rawTrue, PeerName: "os/exec /bin/true"},
+		{Name: "native cold: prepare+run+destroy", Subject: cold, Peer: rawTrue, PeerName: "os/exec /bin/true"},
+	} {
+		r, err := benchmark.Measure(p, n, 10)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// globals are the flags before the command name.
+type globals struct {
+	stateDir string
+	logLevel slog.Level
+	guest    string // path of the static wovyr-guest binary
+}
+
+// defaultStateDir is /var/lib/wovyr for root, else the XDG state dir.
+func defaultStateDir() string {
+	if d := os.Getenv("WOVYR_STATE_DIR"); d != "" {
+		return d
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/wovyr"
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "wovyr")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".local", "state", "wovyr")
+}
+
+// defaultGuest finds wovyr-guest: $WOVYR_GUEST, else beside this binary.
+func defaultGuest() string {
+	if g := os.Getenv("WOVYR_GUEST"); g != "" {
+		return g
+	}
+	if exe, err := os.Executable(); err == nil {
+		return filepath.Join(filepath.Dir(exe), "wovyr-guest")
+	}
+	return "wovyr-guest"
+}
+
+func parseGlobals(args []string) (*globals, []string, error) {
+	g := &globals{stateDir: defaultStateDir(), logLevel: slog.LevelError, guest: defaultGuest()}
+	for len(args) > 0 && strings.HasPrefix(args[0], "--") {
+		name, val, hasVal := strings.Cut(args[0], "=")
+		if name == "--help" {
+			return g, args, nil
+		}
+		if !hasVal {
+			if len(args) < 2 {
+				return nil, nil, fmt.Errorf("flag %s needs a value", name)
+			}
+			val, args = args[1], args[1:]
+		}
+		args = args[1:]
+		switch name {
+		case "--state-dir":
+			g.stateDir = val
+		case "--guest":
+			g.guest = val
+		case "--log-level":
+			if err := g.logLevel.UnmarshalText([]byte(val)); err != nil {
+				return nil, nil, fmt.Errorf("--log-level: %w", err)
+			}
+		default:
+			return nil, nil, errors.New("unknown global flag " + name)
+		}
+	}
+	return g, args, nil
+}
+
+func (g *globals) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: g.logLevel}))
+}

@@ -1,0 +1,100 @@
+// Command wovyr runs tool invocations in sandboxes: one-shot from the
+// command line with an embedded state store, or as a daemon (wovyr serve).
+//
+// Each subcommand lives in its own file as a small struct with a run method;
+// the commands only parse and call the packages that do the work.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, g *globals, args []string) int
+}
+
+func commands() []command {
+	return []command{
+		{"run", "run one invocation", runMain},
+		{"backends", "show each backend: strength, availability, certification", backendsMain},
+		{"certify", "run the escape battery and record certifications", certifyMain},
+		{"bench", "measure wovyr against the raw peers, side by side", benchMain},
+		{"version", "print the version", versionMain},
+	}
+}
+
+// Exit codes of wovyr's own failures. When the workload ran, wovyr exits
+// with the workload's own code instead (128+N if signal N ended it), so a
+// workload that itself exits 120-127 is indistinguishable here: use --json.
+const (
+	exitUsage          = 2
+	exitBadInput       = 120
+	exitFloorUnmet     = 121
+	exitUnenforceable  = 122
+	exitOOM            = 123
+	exitTimeout        = 124
+	exitBackendFailure = 125
+	exitOutOfFuel      = 126
+	exitKilled         = 127
+)
+
+const exitCodesHelp = `Exit codes:
+  the workload's own exit code when it ran to completion (128+N if signal N ended it)
+  2    usage error
+  120  bad input (nothing was started)
+  121  floor unmet: no certified, available backend at or above the required strength
+  122  the network policy cannot be enforced by any eligible backend
+  123  the workload hit its memory limit (oom)
+  124  the workload hit its deadline (timeout)
+  125  wovyr or the backend failed (backend-failure)
+  126  the wasm workload ran out of fuel
+  127  cancelled (interrupt or shutdown)
+`
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "usage: wovyr [--state-dir DIR] [--log-level LEVEL] COMMAND [ARGS]\n\nCommands:\n")
+	cmds := commands()
+	sort.Slice(cmds, func(i, j int) bool { return cmds[i].name < cmds[j].name })
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "\nRun 'wovyr COMMAND --help' for a command's flags.\n\n%s", exitCodesHelp)
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(dispatch(ctx, os.Args[1:]))
+}
+
+func dispatch(ctx context.Context, args []string) int {
+	g, rest, err := parseGlobals(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wovyr:", err)
+		return exitUsage
+	}
+	if len(rest) == 0 || rest[0] == "help" || rest[0] == "-h" || rest[0] == "--help" {
+		usage(os.Stdout)
+		if len(rest) == 0 {
+			return exitUsage
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name == rest[0] {
+			return c.run(ctx, g, rest[1:])
+		}
+	}
+	fmt.Fprintf(os.Stderr, "wovyr: unknown command %q\n\n", rest[0])
+	usage(os.Stderr)
+	return exitUsage
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/wovyr/wovyr/backend/native"
+	"github.com/wovyr/wovyr/cert"
+	"github.com/wovyr/wovyr/manager"
+	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/store"
+)
+
+// storeWait is how long a one-shot command waits for the state store.
+const storeWait = 10 * time.Second
+
+// node is this machine's backends and manager, wired explicitly.
+type node struct {
+	g        *globals
+	log      *slog.Logger
+	native   *native.Backend
+	backends []sandbox.Backend
+	mgr      *manager.Manager
+}
+
+// openNode constructs every backend and a manager that sees the current
+// certifications (a snapshot; the store is not held open).
+func openNode(g *globals) (*node, error) {
+	n := &node{g: g, log: g.logger()}
+	var err error
+	n.native, err = native.New(native.Config{ScratchDir: filepath.Join(g.stateDir, "scratch", "native"), Logger: n.log})
+	if err != nil {
+		return nil, err
+	}
+	n.backends = []sandbox.Backend{n.native}
+	certs, err := n.certs()
+	if err != nil {
+		return nil, err
+	}
+	n.mgr, err = manager.New(manager.Config{Backends: n.backends, Certs: certs, Logger: n.log})
+	return n, err
+}
+
+// withStore opens the state store for the duration of fn.
+func (n *node) withStore(fn func(*store.Store) error) error {
+	s, err := store.Open(n.g.stateDir, storeWait)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return fn(s)
+}
+
+func (n *node) certs() (cert.Set, error) {
+	set := cert.Set{}
+	err := n.withStore(func(s *store.Store) error {
+		recs, err := s.Certs()
+		for _, r := range recs {
+			set[r.Backend] = r
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read certifications: %w", err)
+	}
+	return set, nil
+}

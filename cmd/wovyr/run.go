@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/store"
+)
+
+// runCmd is `wovyr run`.
+type runCmd struct {
+	trust, backend, floor, tenant string
+	timeout                       time.Duration
+	memory                        string
+	pids                          int
+	env                           multiFlag
+	files                         multiFlag
+	jsonOut                       bool
+}
+
+func runMain(ctx context.Context, g *globals, args []string) int {
+	c := &runCmd{}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.StringVar(&c.trust, "trust", "internal", "trust class: trusted, internal, untrusted, hostile")
+	fs.StringVar(&c.backend, "backend", "", "run on exactly this backend (it must meet the trust floor)")
+	fs.StringVar(&c.floor, "floor", "", "explicit minimum strength: native, wasm, container, gvisor, microvm")
+	fs.StringVar(&c.tenant, "tenant", "local", "tenant name")
+	fs.DurationVar(&c.timeout, "timeout", 0, "wall-clock limit (default 30s)")
+	fs.StringVar(&c.memory, "memory", "", "memory limit, e.g. 64M, 1G (default 256M)")
+	fs.IntVar(&c.pids, "pids", 0, "process/thread limit (default 128)")
+	fs.Var(&c.env, "env", "KEY=VALUE for the workload's environment (repeatable; nothing is inherited)")
+	fs.Var(&c.files, "file", "DEST=SRC: copy host file SRC into the workspace as DEST (repeatable)")
+	fs.BoolVar(&c.jsonOut, "json", false, "print the result as JSON")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: wovyr run [flags] -- ARGV...\n\nStdin is passed through when it is a pipe or a file.\n\n")
+		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), "\n%s", exitCodesHelp)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	inv, err := c.invocation(fs.Args())
+	if err != nil {
+		return c.fail(err)
+	}
+	n, err := openNode(g)
+	if err != nil {
+		return c.fail(sandbox.Wrap(sandbox.BackendFailure, err, "start"))
+	}
+	res, err := c.execute(ctx, n, inv)
+	if err != nil {
+		return c.fail(err)
+	}
+	return c.report(res)
+}
+
+// invocation builds and validates the request; nothing starts on error.
+func (c *runCmd) invocation(argv []string) (*sandbox.Invocation, error) {
+	inv := &sandbox.Invocation{
+		ID:       sandbox.NewID(),
+		Tenant:   c.tenant,
+		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: argv, Env: []string(c.env)},
+		Limits:   sandbox.Limits{Wall: c.timeout, Pids: c.pids},
+	}
+	if inv.Workload.Env == nil {
+		inv.Workload.Env = []string{}
+	}
+	var err error
+	if inv.Policy.Trust, err = sandbox.ParseTrustClass(c.trust); err != nil {
+		return nil, err
+	}
+	if inv.Policy.Floor, err = sandbox.ParseStrength(c.floor); err != nil {
+		return nil, err
+	}
+	if c.backend != "" {
+		if inv.Policy.Preference, err = sandbox.ParseStrength(c.backend); err != nil {
+			return nil, sandbox.Errorf(sandbox.BadInput, "backend", "unknown backend %q", c.backend)
+		}
+	}
+	if c.memory != "" {
+		if inv.Limits.Memory, err = parseSize(c.memory); err != nil {
+			return nil, sandbox.Errorf(sandbox.BadInput, "memory", "%v", err)
+		}
+	}
+	if c.timeout < 0 {
+		return nil, sandbox.Errorf(sandbox.BadInput, "timeout", "must not be negative")
+	}
+	if c.pids < 0 {
+		return nil, sandbox.Errorf(sandbox.BadInput, "pids", "must not be negative")
+	}
+	for _, f := range c.files {
+		dest, src, ok := strings.Cut(f, "=")
+		if !ok {
+			return nil, sandbox.Errorf(sandbox.BadInput, "file", "want DEST=SRC, got %q", f)
+		}
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return nil, sandbox.Wrap(sandbox.BadInput, err, "file %s", dest)
+		}
+		inv.Workload.Files = append(inv.Workload.Files, sandbox.File{Path: dest, Data: data})
+	}
+	if inv.Workload.Stdin, err = readStdin(); err != nil {
+		return nil, err
+	}
+	return inv, inv.Validate()
+}
+
+// execute records, selects, runs and records again.
+func (c *runCmd) execute(ctx context.Context, n *node, inv *sandbox.Invocation) (*sandbox.Result, error) {
+	b, err := n.mgr.Select(ctx, inv.Policy, inv.Workload.Kind)
+	if err != nil {
+		return nil, err
+	}
+	if c.backend != "" && b.Name() != c.backend {
+		cand, _ := n.mgr.Backend(c.backend)
+		why := "not registered on this node"
+		if cand != nil {
+			for _, st := range n.mgr.Detect(ctx, false) {
+				if st.Name == c.backend {
+					why = st.Capability.Reason
+					if st.Capability.Available {
+						why = st.CertReason
+					}
+				}
+			}
+		}
+		return nil, &sandbox.FloorError{Required: inv.Policy.Preference, Kind: inv.Workload.Kind,
+			Rejections: []sandbox.Rejection{{Backend: c.backend, Strength: inv.Policy.Preference, Reason: why}}}
+	}
+	queued := time.Now()
+	if err := n.withStore(func(s *store.Store) error { return s.Begin(inv, store.Running, queued) }); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "record invocation")
+	}
+	res, runErr := n.mgr.Run(ctx, inv)
+	final, st := res, store.Done
+	if runErr != nil {
+		final, st = &sandbox.Result{ID: inv.ID, ExitCode: -1, Class: sandbox.ClassOf(runErr), Error: runErr.Error()}, store.Failed
+	}
+	final.Timings.Queued = queued
+	if err := n.withStore(func(s *store.Store) error { return s.Transition(inv.ID, st, final, time.Now()) }); err != nil {
+		n.log.Error("record result", "id", inv.ID, "error", err)
+	}
+	return res, runErr
+}
+
+// report prints the result and returns wovyr's exit code.
+func (c *runCmd) report(res *sandbox.Result) int {
+	if c.jsonOut {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(res)
+	} else {
+		os.Stdout.Write(res.Stdout)
+		os.Stderr.Write(res.Stderr)
+		if res.StdoutTruncated || res.StderrTruncated {
+			fmt.Fprintf(os.Stderr, "wovyr: output truncated (stdout %v, stderr %v)\n", res.StdoutTruncated, res.StderrTruncated)
+		}
+		if res.Class != sandbox.OK {
+			fmt.Fprintf(os.Stderr, "wovyr: %s: %s\n", res.Class, res.Error)
+		}
+	}
+	if res.Class != sandbox.OK {
+		return classExit(res.Class)
+	}
+	return res.ExitCode
+}
+
+// fail prints err and returns its exit code.
+func (c *runCmd) fail(err error) int {
+	if c.jsonOut {
+		b, _ := json.MarshalIndent(map[string]any{"class": sandbox.ClassOf(err), "field": sandbox.FieldOf(err), "error": err.Error()}, "", "  ")
+		fmt.Println(string(b))
+	} else {
+		fmt.Fprintln(os.Stderr, "wovyr:", err)
+	}
+	return classExit(sandbox.ClassOf(err))
+}
+
+func classExit(c sandbox.Class) int {
+	switch c {
+	case sandbox.BadInput:
+		return exitBadInput
+	case sandbox.FloorUnmet:
+		return exitFloorUnmet
+	case sandbox.Unenforceable:
+		return exitUnenforceable
+	case sandbox.OOM:
+		return exitOOM
+	case sandbox.Timeout:
+		return exitTimeout
+	case sandbox.OutOfFuel:
+		return exitOutOfFuel
+	case sandbox.Killed:
+		return exitKilled
+	}
+	return exitBackendFailure
+}
+
+// readStdin returns wovyr's stdin when it is a pipe or a regular file.
+func readStdin() ([]byte, error) {
+	st, err := os.Stdin.Stat()
+	if err != nil || st.Mode()&(os.ModeNamedPipe) == 0 && !st.Mode().IsRegular() {
+		return nil, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(os.Stdin, sandbox.MaxStdinBytes+1))
+	if err != nil {
+		return nil, sandbox.Wrap(sandbox.BadInput, err, "read stdin")
+	}
+	if len(b) > sandbox.MaxStdinBytes {
+		return nil, sandbox.Errorf(sandbox.BadInput, "stdin", "stdin exceeds %d bytes", sandbox.MaxStdinBytes)
+	}
+	return b, nil
+}
+
+// parseSize parses 123, 64K, 64M, 1G (powers of 1024).
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(s, "K"):
+		mult, s = 1<<10, strings.TrimSuffix(s, "K")
+	case strings.HasSuffix(s, "M"):
+		mult, s = 1<<20, strings.TrimSuffix(s, "M")
+	case strings.HasSuffix(s, "G"):
+		mult, s = 1<<30, strings.TrimSuffix(s, "G")
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("bad size %q (want e.g. 65536, 64K, 64M, 1G)", s)
+	}
+	return n * mult, nil
+}
+
+// multiFlag collects a repeatable flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }

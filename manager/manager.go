@@ -1,0 +1,169 @@
+// Package manager is the SandboxManager: the one place that turns a request
+// into a sandbox. It probes the registered backends, checks their
+// certifications, and selects — by DESIGN.md §1 — the weakest backend that is
+// still at least as strong as the invocation requires. Nothing else in wovyr
+// calls Backend.Prepare (pools receive a factory from here), so the isolation
+// floor is enforced at exactly one point.
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/wovyr/wovyr/cert"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// Certs gives the manager the current certification of a backend.
+type Certs interface {
+	// Cert returns the backend's record; an error (for example "not
+	// found") means the backend is not certified.
+	Cert(backend string) (cert.Record, error)
+}
+
+// Config configures a Manager. It is read once, by New.
+type Config struct {
+	// Backends to register, in any order; names must be unique.
+	Backends []sandbox.Backend
+	// Floors per trust class; the zero value is DESIGN.md's defaults.
+	Floors sandbox.Floors
+	// Certs supplies certification records. Nil means nothing is
+	// certified, so nothing is selectable.
+	Certs Certs
+	// Kernel is this node's kernel release; empty means cert.Kernel().
+	Kernel string
+	// Logger receives every selection decision. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Manager selects backends and prepares sandboxes. It is safe for
+// concurrent use.
+type Manager struct {
+	backends []sandbox.Backend // sorted by strength, then name
+	floors   sandbox.Floors
+	certs    Certs
+	kernel   string
+	log      *slog.Logger
+
+	mu     sync.Mutex
+	probed map[string]sandbox.Capability
+}
+
+// New returns a manager for cfg's backends.
+func New(cfg Config) (*Manager, error) {
+	m := &Manager{floors: cfg.Floors, certs: cfg.Certs, kernel: cfg.Kernel, log: cfg.Logger, probed: map[string]sandbox.Capability{}}
+	if m.kernel == "" {
+		m.kernel = cert.Kernel()
+	}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	seen := map[string]bool{}
+	for _, b := range cfg.Backends {
+		if seen[b.Name()] {
+			return nil, fmt.Errorf("manager: backend %q registered twice", b.Name())
+		}
+		if !b.Strength().Valid() {
+			return nil, fmt.Errorf("manager: backend %q has invalid strength %d", b.Name(), b.Strength())
+		}
+		seen[b.Name()] = true
+		m.backends = append(m.backends, b)
+	}
+	slices.SortStableFunc(m.backends, func(a, b sandbox.Backend) int {
+		if a.Strength() != b.Strength() {
+			return int(a.Strength() - b.Strength())
+		}
+		if a.Name() < b.Name() {
+			return -1
+		}
+		return 1
+	})
+	return m, nil
+}
+
+// Status is one backend's view: what it is, whether it works here, and
+// whether it is certified.
+type Status struct {
+	Name       string                 `json:"name"`
+	Strength   sandbox.Strength       `json:"strength"`
+	Kinds      []sandbox.WorkloadKind `json:"kinds"`
+	Capability sandbox.Capability     `json:"capability"`
+	Certified  bool                   `json:"certified"`
+	// CertReason says why the backend is not certified.
+	CertReason string `json:"cert_reason,omitempty"`
+}
+
+// Backends returns the registered backends, weakest first.
+func (m *Manager) Backends() []sandbox.Backend { return slices.Clone(m.backends) }
+
+// Backend returns the backend called name.
+func (m *Manager) Backend(name string) (sandbox.Backend, bool) {
+	for _, b := range m.backends {
+		if b.Name() == name {
+			return b, true
+		}
+	}
+	return nil, false
+}
+
+// Detect probes every backend (cached; force re-probes) and reports each
+// one's availability and certification.
+func (m *Manager) Detect(ctx context.Context, force bool) []Status {
+	out := make([]Status, 0, len(m.backends))
+	for _, b := range m.backends {
+		capa := m.probe(ctx, b, force)
+		st := Status{Name: b.Name(), Strength: b.Strength(), Kinds: b.Kinds(), Capability: capa}
+		if err := m.certified(b, capa); err != nil {
+			st.CertReason = err.Error()
+		} else {
+			st.Certified = true
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// Probe returns b's capability, probing once and caching the answer.
+func (m *Manager) Probe(ctx context.Context, b sandbox.Backend) sandbox.Capability {
+	return m.probe(ctx, b, false)
+}
+
+func (m *Manager) probe(ctx context.Context, b sandbox.Backend, force bool) sandbox.Capability {
+	m.mu.Lock()
+	capa, ok := m.probed[b.Name()]
+	m.mu.Unlock()
+	if ok && !force {
+		return capa
+	}
+	start := time.Now()
+	capa = b.Probe(ctx)
+	m.log.Debug("probe", "backend", b.Name(), "available", capa.Available, "reason", capa.Reason, "version", capa.Version, "took", time.Since(start))
+	m.mu.Lock()
+	m.probed[b.Name()] = capa
+	m.mu.Unlock()
+	return capa
+}
+
+// Key is the certification key of b as it is configured now.
+func (m *Manager) Key(b sandbox.Backend, capa sandbox.Capability) cert.Key {
+	return cert.Key{Backend: b.Name(), RuntimeVersion: capa.Version, Kernel: m.kernel, ConfigHash: capa.ConfigHash}
+}
+
+func (m *Manager) certified(b sandbox.Backend, capa sandbox.Capability) error {
+	if m.certs == nil {
+		return errors.New("not certified: no certification store")
+	}
+	rec, err := m.certs.Cert(b.Name())
+	if err != nil {
+		return fmt.Errorf("not certified (run wovyr certify --backend %s)", b.Name())
+	}
+	if !rec.Passed || !rec.Verdict() {
+		return fmt.Errorf("certification failed: %v", rec.Failed())
+	}
+	return rec.Check(m.Key(b, capa))
+}

@@ -1,0 +1,112 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// Select returns the weakest backend that is at or above the required
+// strength — max(preference, explicit floor, the trust class's floor) — and
+// accepts kind, probes as available, holds a valid certification and can
+// enforce the network policy. Otherwise it returns a *sandbox.FloorError
+// that says, for every backend at or above the requirement, why it was not
+// usable. It never returns a backend below the requirement.
+func (m *Manager) Select(ctx context.Context, p sandbox.Policy, kind sandbox.WorkloadKind) (sandbox.Backend, error) {
+	if !p.Trust.Valid() {
+		return nil, sandbox.Errorf(sandbox.BadInput, "policy.trust", "a trust class is required")
+	}
+	required := m.floors.Required(p)
+	var rejections []sandbox.Rejection
+	for _, b := range m.backends {
+		if b.Strength() < required {
+			continue
+		}
+		why := m.unusable(ctx, b, p, kind)
+		if why == "" {
+			m.log.Info("select", "backend", b.Name(), "required", required, "trust", p.Trust,
+				"preference", p.Preference, "floor", p.Floor, "trust_floor", m.floors.Of(p.Trust), "kind", kind,
+				"skipped", len(rejections))
+			return b, nil
+		}
+		rejections = append(rejections, sandbox.Rejection{Backend: b.Name(), Strength: b.Strength(), Reason: why})
+	}
+	err := &sandbox.FloorError{Required: required, Kind: kind, Rejections: rejections}
+	m.log.Warn("select refused", "required", required, "trust", p.Trust, "preference", p.Preference,
+		"floor", p.Floor, "kind", kind, "error", err.Error())
+	return nil, err
+}
+
+// unusable says why b cannot take the workload, or "" if it can.
+func (m *Manager) unusable(ctx context.Context, b sandbox.Backend, p sandbox.Policy, kind sandbox.WorkloadKind) string {
+	if !sandbox.Accepts(b, kind) {
+		return fmt.Sprintf("does not run %s workloads", kind)
+	}
+	capa := m.Probe(ctx, b)
+	if !capa.Available {
+		return "unavailable: " + capa.Reason
+	}
+	if err := m.certified(b, capa); err != nil {
+		return err.Error()
+	}
+	if !p.Network.DenyAll() && !capa.Egress {
+		return "cannot enforce an egress allowlist (deny-all only)"
+	}
+	return ""
+}
+
+// Prepare prepares a sandbox on b for tmpl. It is the only path to
+// Backend.Prepare besides the battery, which must exercise uncertified
+// backends to certify them.
+func (m *Manager) Prepare(ctx context.Context, b sandbox.Backend, tmpl sandbox.Template) (sandbox.Sandbox, error) {
+	sb, err := b.Prepare(ctx, tmpl)
+	if err != nil {
+		if sandbox.ClassOf(err) == sandbox.BackendFailure {
+			return nil, fmt.Errorf("prepare on %s: %w", b.Name(), err)
+		}
+		return nil, err
+	}
+	return sb, nil
+}
+
+// Factory returns a function that prepares sandboxes of tmpl on b, for a
+// pool keyed by (b, tmpl).
+func (m *Manager) Factory(b sandbox.Backend, tmpl sandbox.Template) func(context.Context) (sandbox.Sandbox, error) {
+	return func(ctx context.Context) (sandbox.Sandbox, error) { return m.Prepare(ctx, b, tmpl) }
+}
+
+// Run is the cold path for one invocation: validate, select, prepare, run,
+// destroy. The sandbox is destroyed whatever happens.
+func (m *Manager) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Result, error) {
+	if inv.ID == "" {
+		inv.ID = sandbox.NewID()
+	}
+	if err := inv.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := m.Select(ctx, inv.Policy, inv.Workload.Kind)
+	if err != nil {
+		return nil, err
+	}
+	acquired := time.Now()
+	sb, err := m.Prepare(ctx, b, TemplateFor(inv))
+	if err != nil {
+		return nil, err
+	}
+	defer sb.Destroy(context.WithoutCancel(ctx))
+	res, err := sb.Run(ctx, inv)
+	if err != nil {
+		return nil, err
+	}
+	res.ID = inv.ID
+	res.Backend = b.Name()
+	res.Timings.Acquired = acquired
+	return res, nil
+}
+
+// TemplateFor is the tenant-neutral template an invocation needs.
+func TemplateFor(inv *sandbox.Invocation) sandbox.Template {
+	return sandbox.Template{Kind: inv.Workload.Kind, Image: inv.Workload.Image}
+}

@@ -1,0 +1,100 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/wovyr/wovyr/autoscale"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+func TestSizeForPicksMostSpecific(t *testing.T) {
+	rules := []Sizing{
+		{MaxLive: 1},
+		{Template: "python", MaxLive: 2},
+		{Backend: "native", MaxLive: 3},
+		{Backend: "native", Template: "python", MaxLive: 4},
+	}
+	for _, tc := range []struct {
+		key  Key
+		want int
+	}{
+		{Key{Backend: "native", Template: "python"}, 4},
+		{Key{Backend: "native", Template: "node"}, 3},
+		{Key{Backend: "wasm", Template: "python"}, 2},
+		{Key{Backend: "wasm", Template: "node"}, 1},
+	} {
+		if got, ok := SizeFor(rules, tc.key); !ok || got.MaxLive != tc.want {
+			t.Errorf("%s: got %d (%v), want %d", tc.key, got.MaxLive, ok, tc.want)
+		}
+	}
+	if _, ok := SizeFor(rules[1:2], Key{Backend: "native", Template: "node"}); ok {
+		t.Error("a rule for another template matched")
+	}
+}
+
+func TestGroup(t *testing.T) {
+	if _, err := NewGroup(GroupConfig{Sizes: []Sizing{{MaxLive: 1, Autoscale: autoscale.Config{Min: 2, Max: 2}}}}); !errors.Is(err, sandbox.BadInput) {
+		t.Fatalf("warm max above max live: got %v, want bad-input", err)
+	}
+	g, err := NewGroup(GroupConfig{Sizes: []Sizing{
+		{Backend: "native", MaxLive: 4, Autoscale: autoscale.Config{Min: 2, Max: 3}},
+		{Backend: "wasm", Template: "py", MaxLive: 8, Autoscale: autoscale.Config{Min: 3, Max: 8}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fa, fb := &fakes{}, &fakes{}
+	ka, kb := Key{Backend: "native", Template: "sh"}, Key{Backend: "wasm", Template: "py"}
+	if _, err := g.Add(kb, fb.factory); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Add(ka, fa.factory); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Add(ka, fa.factory); !errors.Is(err, sandbox.BadInput) {
+		t.Fatalf("duplicate key: got %v", err)
+	}
+	if _, err := g.Add(Key{Backend: "wasm", Template: "js"}, fa.factory); !errors.Is(err, sandbox.BadInput) {
+		t.Fatalf("unsized key: got %v", err)
+	}
+	if err := g.Reconcile(context.Background(), t0); err != nil {
+		t.Fatal(err)
+	}
+	snaps := g.Snapshots()
+	if len(snaps) != 2 || snaps[0].Key != ka || snaps[0].Warm != 2 || snaps[1].Key != kb || snaps[1].Warm != 3 {
+		t.Fatalf("snapshots: %+v", snaps)
+	}
+	p, ok := g.Get(ka)
+	if !ok {
+		t.Fatal("pool not found")
+	}
+	if l, err := p.Acquire(context.Background()); err != nil || !l.Warm() {
+		t.Fatalf("acquire from group pool: %v", err)
+	} else {
+		l.Release()
+	}
+	if err := g.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	la, _, _ := fa.snapshot()
+	lb, _, _ := fb.snapshot()
+	if la != 0 || lb != 0 {
+		t.Fatalf("after Close: %d and %d fakes live", la, lb)
+	}
+	if _, err := p.Acquire(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("acquire after close: got %v", err)
+	}
+}
+
+func TestKeyFor(t *testing.T) {
+	k := KeyFor("native", sandbox.Template{Kind: sandbox.KindCommand, Limits: sandbox.Limits{Memory: 64 << 20}})
+	want := Key{Backend: "native", Template: "command:", Shape: "mem=67108864,pids=128,disk=67108864,nofile=256"}
+	if k != want {
+		t.Fatalf("got %+v, want %+v", k, want)
+	}
+	if s := (Key{Backend: "wasm", Template: "t", Shape: "s", Region: "eu"}).String(); s != "wasm/t/s@eu" {
+		t.Fatalf("String: %q", s)
+	}
+}

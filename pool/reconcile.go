@@ -1,0 +1,79 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/wovyr/wovyr/autoscale"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// Reconcile moves the pool toward its autoscale target: it observes what
+// happened since the previous call, asks the policy for a decision at now
+// (the caller's clock value) and carries it out — destroying surplus warm
+// sandboxes and creating new ones in parallel, waiting for them. ctx bounds
+// the creates. The server calls it periodically; the pool has no timer of
+// its own. The error joins the failed creates and destroys.
+func (p *Pool) Reconcile(ctx context.Context, now time.Time) error {
+	p.rec.Lock()
+	defer p.rec.Unlock()
+	if p.shut.Load() {
+		return p.closedErr()
+	}
+	o := autoscale.Observation{
+		Now:        now,
+		Arrivals:   int(p.arrivals.Swap(0)),
+		Misses:     int(p.misses.Swap(0)),
+		Warm:       len(p.warm),
+		Room:       max(0, p.cfg.MaxLive-int(p.live.Load())),
+		FailStreak: int(p.streak.Load()),
+	}
+	var d autoscale.Decision
+	prev := p.state.Breaker
+	p.state, d = p.policy.Step(p.state, o)
+	p.target.Store(int64(d.Target))
+	p.breaker.Store(int64(d.Breaker))
+	if d.Breaker != prev {
+		p.log.Warn("breaker "+d.Breaker.String(), "fail_streak", o.FailStreak, "retry_at", p.state.RetryAt)
+	}
+
+	var errs []error
+	for range d.Destroy {
+		select {
+		case sb := <-p.warm:
+			errs = append(errs, p.discard(ctx, sb))
+			continue
+		default:
+		}
+		break
+	}
+
+	var (
+		wg sync.WaitGroup
+		mu sync.Mutex
+	)
+	for range d.Create {
+		if !p.sem.TryAcquire(1) {
+			break // acquirers are waiting or the bound is reached
+		}
+		p.tookSlot()
+		wg.Go(func() {
+			sb, err := p.create(ctx)
+			if err == nil && !p.pushWarm(sb) {
+				err = p.discard(ctx, sb)
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return sandbox.Wrap(sandbox.BackendFailure, err, "pool %s: reconcile", p.cfg.Key)
+	}
+	return nil
+}

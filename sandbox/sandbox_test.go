@@ -1,0 +1,127 @@
+package sandbox
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wovyr/wovyr/resource"
+)
+
+func valid() *Invocation {
+	return &Invocation{
+		Tenant:   "acme",
+		Workload: Workload{Kind: KindCommand, Argv: []string{"/bin/true"}},
+		Policy:   Policy{Trust: Trusted},
+	}
+}
+
+func TestValidateRejectsBadInputWithField(t *testing.T) {
+	cases := []struct {
+		field string
+		mut   func(*Invocation)
+	}{
+		{"tenant", func(i *Invocation) { i.Tenant = "" }},
+		{"tenant", func(i *Invocation) { i.Tenant = "../etc" }},
+		{"tenant", func(i *Invocation) { i.Tenant = "Acme" }},
+		{"id", func(i *Invocation) { i.ID = "a/b" }},
+		{"workload.kind", func(i *Invocation) { i.Workload.Kind = "" }},
+		{"workload.kind", func(i *Invocation) { i.Workload.Kind = "elf" }},
+		{"workload.argv", func(i *Invocation) { i.Workload.Argv = nil }},
+		{"workload.argv", func(i *Invocation) { i.Workload.Argv = []string{""} }},
+		{"workload.argv", func(i *Invocation) { i.Workload.Argv = []string{"a\x00b"} }},
+		{"workload.module", func(i *Invocation) { i.Workload.Module = []byte{0} }},
+		{"workload.module", func(i *Invocation) { i.Workload.Kind = KindWasm }},
+		{"workload.env", func(i *Invocation) { i.Workload.Env = []string{"=x"} }},
+		{"workload.env", func(i *Invocation) { i.Workload.Env = []string{"NOVALUE"} }},
+		{"workload.stdin", func(i *Invocation) { i.Workload.Stdin = make([]byte, MaxStdinBytes+1) }},
+		{"workload.files", func(i *Invocation) { i.Workload.Files = []File{{Path: "/etc/passwd"}} }},
+		{"workload.files", func(i *Invocation) { i.Workload.Files = []File{{Path: "a/../../x"}} }},
+		{"workload.files", func(i *Invocation) { i.Workload.Files = []File{{Path: "a", Mode: 0o4755}} }},
+		{"workload.collect", func(i *Invocation) { i.Workload.Collect = []string{".."} }},
+		{"limits.wall", func(i *Invocation) { i.Limits.Wall = -time.Second }},
+		{"limits.memory", func(i *Invocation) { i.Limits.Memory = -1 }},
+		{"limits.memory", func(i *Invocation) { i.Limits.Memory = 1000 }},
+		{"limits.pids", func(i *Invocation) { i.Limits.Pids = -1 }},
+		{"limits.output", func(i *Invocation) { i.Limits.Output = MaxOutputBytes + 1 }},
+		{"policy.trust", func(i *Invocation) { i.Policy.Trust = 0 }},
+		{"policy.floor", func(i *Invocation) { i.Policy.Floor = 9 }},
+		{"resources", func(i *Invocation) { i.Resources = resource.Vector{CPUMillis: -1} }},
+	}
+	for _, c := range cases {
+		inv := valid()
+		c.mut(inv)
+		err := inv.Validate()
+		if !errors.Is(err, BadInput) || FieldOf(err) != c.field {
+			t.Errorf("want bad-input on %s, got %v (field %q)", c.field, err, FieldOf(err))
+		}
+	}
+	if err := valid().Validate(); err != nil {
+		t.Fatalf("valid invocation rejected: %v", err)
+	}
+}
+
+func TestParseNames(t *testing.T) {
+	for _, s := range Strengths {
+		if got, err := ParseStrength(s.String()); err != nil || got != s {
+			t.Errorf("round trip %s: %v %v", s, got, err)
+		}
+	}
+	if _, err := ParseStrength("vm"); !errors.Is(err, BadInput) {
+		t.Errorf("unknown strength: %v", err)
+	}
+	for _, c := range TrustClasses {
+		if got, err := ParseTrustClass(c.String()); err != nil || got != c {
+			t.Errorf("round trip %s: %v %v", c, got, err)
+		}
+	}
+	if _, err := ParseTrustClass("root"); !errors.Is(err, BadInput) || !strings.Contains(err.Error(), `"root"`) {
+		t.Errorf("unknown trust: %v", err)
+	}
+}
+
+func TestRequiredIsTheMaximum(t *testing.T) {
+	var f Floors
+	if r := f.Required(Policy{Trust: Trusted}); r != Native {
+		t.Fatalf("trusted alone: %s", r)
+	}
+	if r := f.Required(Policy{Trust: Trusted, Preference: Container}); r != Container {
+		t.Fatalf("preference raises: %s", r)
+	}
+	if r := f.Required(Policy{Trust: Hostile, Preference: Native, Floor: Wasm}); r != MicroVM {
+		t.Fatalf("trust floor wins over weaker preference and floor: %s", r)
+	}
+	if r := f.Required(Policy{Trust: 0}); r != MicroVM {
+		t.Fatalf("an unknown class must fail closed, got %s", r)
+	}
+}
+
+func TestCappedKeepsPrefixAndDrains(t *testing.T) {
+	c := &Capped{Limit: 5}
+	for _, s := range []string{"ab", "cdef", "gh"} {
+		if n, err := c.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("write %q: %d %v", s, n, err)
+		}
+	}
+	if string(c.Bytes()) != "abcde" || !c.Truncated {
+		t.Fatalf("kept %q truncated %v", c.Bytes(), c.Truncated)
+	}
+	if b := (&Capped{Limit: 5}).Bytes(); b == nil || len(b) != 0 {
+		t.Fatalf("empty Bytes must be non-nil and empty")
+	}
+}
+
+func TestErrorClasses(t *testing.T) {
+	err := Wrap(Timeout, errors.New("deadline"), "run %d", 1)
+	if !errors.Is(err, Timeout) || errors.Is(err, OOM) || ClassOf(err) != Timeout {
+		t.Fatalf("class matching broken: %v", err)
+	}
+	if ClassOf(errors.New("plain")) != BackendFailure || ClassOf(nil) != OK {
+		t.Fatal("untyped errors must count as backend failures, nil as OK")
+	}
+	fe := &FloorError{Required: GVisor, Kind: KindCommand}
+	if !errors.Is(fe, FloorUnmet) || ClassOf(fe) != FloorUnmet {
+		t.Fatalf("floor error class: %v", ClassOf(fe))
+	}
+}

@@ -1,0 +1,193 @@
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// State is an invocation's lifecycle state.
+type State string
+
+// Invocation states. Terminal states are Done, Failed and Lost.
+const (
+	Queued  State = "queued"
+	Running State = "running"
+	Done    State = "done"   // ran; the result says how it ended
+	Failed  State = "failed" // could not run; the result carries the class
+	Lost    State = "lost"   // wovyr died while it ran
+)
+
+// Terminal reports whether no further transition can happen.
+func (s State) Terminal() bool { return s == Done || s == Failed || s == Lost }
+
+// Transition is one state change.
+type Transition struct {
+	State State     `json:"state"`
+	At    time.Time `json:"at"`
+}
+
+// Invocation is the durable record of one invocation.
+type Invocation struct {
+	ID          string          `json:"id"`
+	Tenant      string          `json:"tenant"`
+	SpecDigest  string          `json:"spec_digest"`
+	Backend     string          `json:"backend,omitempty"`
+	State       State           `json:"state"`
+	Transitions []Transition    `json:"transitions"`
+	Result      *sandbox.Result `json:"result,omitempty"`
+	Created     time.Time       `json:"created"`
+}
+
+// Digest is the sha256 of the invocation's canonical JSON.
+func Digest(inv *sandbox.Invocation) string {
+	b, _ := json.Marshal(inv)
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// Begin records inv as accepted in state st. It fails if the id exists, so
+// an invocation is never recorded twice.
+func (s *Store) Begin(inv *sandbox.Invocation, st State, now time.Time) error {
+	rec := Invocation{
+		ID: inv.ID, Tenant: inv.Tenant, SpecDigest: Digest(inv), State: st,
+		Transitions: []Transition{{st, now}}, Created: now,
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketInvocations)
+		if bk.Get([]byte(inv.ID)) != nil {
+			return fmt.Errorf("store: invocation %s already recorded", inv.ID)
+		}
+		return bk.Put([]byte(inv.ID), b)
+	})
+}
+
+// Update applies fn to the record id inside one transaction. A record in a
+// terminal state is never changed again.
+func (s *Store) Update(id string, fn func(*Invocation) error) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketInvocations)
+		raw := bk.Get([]byte(id))
+		if raw == nil {
+			return fmt.Errorf("%w: invocation %s", ErrNotFound, id)
+		}
+		var rec Invocation
+		if err := json.Unmarshal(raw, &rec); err != nil {
+			return err
+		}
+		if rec.State.Terminal() {
+			return fmt.Errorf("store: invocation %s is already %s", id, rec.State)
+		}
+		if err := fn(&rec); err != nil {
+			return err
+		}
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		return bk.Put([]byte(id), b)
+	})
+}
+
+// Transition moves id to st, attaching res (if non-nil).
+func (s *Store) Transition(id string, st State, res *sandbox.Result, now time.Time) error {
+	return s.Update(id, func(rec *Invocation) error {
+		rec.State = st
+		rec.Transitions = append(rec.Transitions, Transition{st, now})
+		if res != nil {
+			rec.Result = res
+			if res.Backend != "" {
+				rec.Backend = res.Backend
+			}
+		}
+		return nil
+	})
+}
+
+// Get returns the record of id.
+func (s *Store) Get(id string) (Invocation, error) {
+	var rec Invocation
+	err := s.get(bucketInvocations, id, &rec)
+	return rec, err
+}
+
+// Each calls fn for every record, in id order, inside one read transaction.
+func (s *Store) Each(fn func(Invocation) error) error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketInvocations).ForEach(func(_, v []byte) error {
+			var rec Invocation
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return err
+			}
+			return fn(rec)
+		})
+	})
+}
+
+// MarkLost turns every non-terminal record into Lost with reason, as
+// start-up does after a crash. It returns the ids it changed.
+func (s *Store) MarkLost(reason string, now time.Time) ([]string, error) {
+	var ids []string
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketInvocations)
+		return bk.ForEach(func(k, v []byte) error {
+			var rec Invocation
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return err
+			}
+			if rec.State.Terminal() {
+				return nil
+			}
+			rec.State = Lost
+			rec.Transitions = append(rec.Transitions, Transition{Lost, now})
+			rec.Result = &sandbox.Result{ID: rec.ID, Class: sandbox.Lost, Error: reason, ExitCode: -1}
+			b, err := json.Marshal(rec)
+			if err != nil {
+				return err
+			}
+			ids = append(ids, rec.ID)
+			return bk.Put(k, b)
+		})
+	})
+	return ids, err
+}
+
+// Purge deletes terminal records created before cutoff and returns how many.
+func (s *Store) Purge(cutoff time.Time) (int, error) {
+	n := 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketInvocations)
+		var dead [][]byte
+		err := bk.ForEach(func(k, v []byte) error {
+			var rec Invocation
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return err
+			}
+			if rec.State.Terminal() && rec.Created.Before(cutoff) {
+				dead = append(dead, append([]byte(nil), k...))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range dead {
+			if err := bk.Delete(k); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}

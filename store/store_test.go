@@ -1,0 +1,98 @@
+package store
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/wovyr/wovyr/cert"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+func open(t *testing.T, dir string) *Store {
+	t.Helper()
+	s, err := Open(dir, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestCertRoundTripAndDurability(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	rec := cert.Record{Key: cert.Key{Backend: "native", RuntimeVersion: "v1", Kernel: "k", ConfigHash: "h"}, Passed: true,
+		Outcomes: []cert.Outcome{{ID: 5, Name: "limits", Applies: true, Pass: true, ControlFlagged: true}}}
+	if err := s.PutCert(rec); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = open(t, dir)
+	defer s.Close()
+	got, err := s.Cert("native")
+	if err != nil || got.ConfigHash != "h" || len(got.Outcomes) != 1 {
+		t.Fatalf("got %+v %v", got, err)
+	}
+	if _, err := s.Cert("gvisor"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown backend: %v", err)
+	}
+}
+
+func TestSecondOpenIsLocked(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	defer s.Close()
+	if _, err := Open(dir, 50*time.Millisecond); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second open: %v, want ErrLocked", err)
+	}
+}
+
+func TestInvocationLifecycle(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	now := time.Unix(1000, 0)
+	inv := &sandbox.Invocation{ID: "a1", Tenant: "t"}
+	if err := s.Begin(inv, Running, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Begin(inv, Running, now); err == nil {
+		t.Fatal("the same id was recorded twice")
+	}
+	if err := s.Transition("a1", Done, &sandbox.Result{Backend: "native", ExitCode: 3}, now.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Transition("a1", Running, nil, now); err == nil {
+		t.Fatal("a terminal record changed")
+	}
+	rec, err := s.Get("a1")
+	if err != nil || rec.State != Done || rec.Backend != "native" || rec.Result.ExitCode != 3 || len(rec.Transitions) != 2 {
+		t.Fatalf("record %+v %v", rec, err)
+	}
+}
+
+func TestMarkLostAndPurge(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	t0 := time.Unix(1000, 0)
+	for _, id := range []string{"done1", "run1", "queued1"} {
+		if err := s.Begin(&sandbox.Invocation{ID: id, Tenant: "t"}, Running, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Transition("done1", Done, &sandbox.Result{}, t0)
+	ids, err := s.MarkLost("daemon-restart", t0.Add(time.Minute))
+	if err != nil || len(ids) != 2 {
+		t.Fatalf("lost %v %v, want run1 and queued1", ids, err)
+	}
+	rec, _ := s.Get("run1")
+	if rec.State != Lost || rec.Result.Class != sandbox.Lost || rec.Result.Error != "daemon-restart" {
+		t.Fatalf("run1 = %+v", rec)
+	}
+	n, err := s.Purge(t0.Add(time.Second))
+	if err != nil || n != 3 {
+		t.Fatalf("purged %d %v, want 3", n, err)
+	}
+	if _, err := s.Get("done1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("purged record still readable: %v", err)
+	}
+}
