@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/idmap"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -23,6 +24,9 @@ type Backend struct {
 	gvisor   bool
 	agent    string // our read-only copy of wovyr-guest
 	run      string // runDir(cfg.StateDir)
+
+	// weak is set only on copies made by Weakened (positive controls).
+	weak battery.Weakness
 
 	mu     sync.Mutex
 	driver *driver // chosen by the first successful probe
@@ -142,7 +146,7 @@ func (b *Backend) configHash(d *driver) string {
 	s, err := buildSpec(specParams{rootfs: "/", agent: agentPath, cgroups: "/wovyr/_pool/x",
 		ids: idmap.Range{HostUID: 1, HostGID: 1, Size: rangeSize}, limits: sandbox.Limits{}.WithDefaults(), gvisor: b.gvisor})
 	h := sha256.New()
-	fmt.Fprintln(h, d.name, d.version, d.flags, d.hybrid, err)
+	fmt.Fprintln(h, d.name, d.version, d.flags, d.hybrid, err, "weak="+string(b.weak))
 	if s != nil {
 		s.Linux.UIDMappings, s.Linux.GIDMappings = nil, nil
 		_ = json.NewEncoder(h).Encode(s)

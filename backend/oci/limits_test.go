@@ -69,3 +69,17 @@ func TestCPULimitIsTimeout(t *testing.T) {
 		t.Fatalf("class %q (%s), want a CPU-limit timeout", res.Class, res.Error)
 	}
 }
+
+func TestRlimitsPerInvocation(t *testing.T) {
+	for name, b := range newBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			inv := cmd("/bin/sh", "-c", "ulimit -n; ulimit -f; ulimit -c")
+			inv.Limits = sandbox.Limits{NoFile: 64, Disk: 8 << 20}
+			res := run(t, b, inv)
+			// ulimit -f counts 512-byte blocks.
+			if got := string(res.Stdout); got != "64\n16384\n0\n" {
+				t.Fatalf("limits inside: %q (stderr %q), want 64, 16384, 0", got, res.Stderr)
+			}
+		})
+	}
+}

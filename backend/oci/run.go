@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wovyr/wovyr/agent"
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/cgroup"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -44,7 +45,7 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	s.used = true
 	s.mu.Unlock()
 
-	lim := inv.Limits.WithDefaults()
+	lim := s.b.weaken(inv.Limits.WithDefaults())
 	res := &sandbox.Result{ID: inv.ID, Backend: s.b.name, Accel: s.d.accel}
 	if res.ID == "" {
 		res.ID = s.id
@@ -54,10 +55,16 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	}
 	job := agent.Job{
 		ID: res.ID, Argv: inv.Workload.Argv, Env: inv.Workload.Env, Dir: workDir,
-		Stdin: inv.Workload.Stdin, Wall: lim.Wall, Output: lim.Output,
+		Stdin: inv.Workload.Stdin, Wall: lim.Wall, Output: lim.Output, Rlimits: s.rlimits(lim),
 	}
 	if job.Env == nil {
 		job.Env = []string{}
+	}
+	if s.b.weak == battery.InheritEnv {
+		job.Env = append(job.Env, os.Environ()...)
+	}
+	if s.b.weak == battery.NoDeadline {
+		job.Wall = 0
 	}
 	for _, f := range inv.Workload.Files {
 		job.Files = append(job.Files, agent.File{Path: f.Path, Data: f.Data, Mode: f.Mode})
@@ -128,8 +135,8 @@ func signalName(s string) string {
 }
 
 // claim moves the sandbox's processes from the pool cgroup into
-// /wovyr/<tenant>/<id> with inv's limits and applies the per-invocation
-// rlimits and disk quota. Nothing tenant-specific existed before this.
+// /wovyr/<tenant>/<id> with inv's limits and applies the disk quota (the
+// job carries its rlimits to the agent). Nothing tenant-specific existed before this.
 func (s *Sandbox) claim(inv *sandbox.Invocation, lim sandbox.Limits) error {
 	g, err := cgroup.New(cgroup.Prefix+"/"+inv.Tenant+"/"+s.id, cgroup.Limits{
 		Memory: lim.Memory, Pids: pidsBudget(lim.Pids, s.b.gvisor), CPUMillis: inv.Resources.CPUMillis,
@@ -154,19 +161,24 @@ func (s *Sandbox) claim(inv *sandbox.Invocation, lim sandbox.Limits) error {
 	if err := resizeUpper(s.dir, lim.Disk); err != nil {
 		return fmt.Errorf("disk quota: %w", err)
 	}
-	if s.agentPID == 0 {
-		return nil // gVisor: the Sentry applies the spec's rlimits itself
-	}
-	for _, r := range []struct {
-		res int
-		val uint64
-	}{{unix.RLIMIT_NOFILE, uint64(lim.NoFile)}, {unix.RLIMIT_FSIZE, uint64(lim.Disk)}, {unix.RLIMIT_NPROC, uint64(lim.Pids + 1)}} {
-		rl := unix.Rlimit{Cur: r.val, Max: r.val}
-		if err := unix.Prlimit(s.agentPID, r.res, &rl, nil); err != nil {
-			return fmt.Errorf("prlimit %d: %w", s.agentPID, err)
-		}
-	}
 	return nil
+}
+
+// rlimits are the per-invocation limits the agent sets on itself before the
+// job, so they hold the same way under runc, crun and runsc.
+func (s *Sandbox) rlimits(lim sandbox.Limits) []agent.Rlimit {
+	if s.b.weak == battery.NoRlimits {
+		return nil
+	}
+	rl := []agent.Rlimit{
+		{Resource: unix.RLIMIT_NOFILE, Cur: uint64(lim.NoFile), Max: uint64(lim.NoFile)},
+		{Resource: unix.RLIMIT_FSIZE, Cur: uint64(lim.Disk), Max: uint64(lim.Disk)},
+		{Resource: unix.RLIMIT_CORE},
+	}
+	if s.b.weak != battery.NoPidsLimit {
+		rl = append(rl, agent.Rlimit{Resource: unix.RLIMIT_NPROC, Cur: uint64(lim.Pids + 1), Max: uint64(lim.Pids + 1)})
+	}
+	return rl
 }
 
 // watchCPU enforces a CPU-time limit from the tenant cgroup's accounting:
@@ -236,4 +248,22 @@ func (s *Sandbox) collect(paths []string, lim sandbox.Limits) ([]sandbox.File, e
 		out = append(out, sandbox.File{Path: p, Data: b, Mode: uint32(fi.Mode().Perm())})
 	}
 	return out, nil
+}
+
+// weaken lifts the limit a positive control's weakness names; for b without
+// a weakness it returns lim unchanged.
+func (b *Backend) weaken(lim sandbox.Limits) sandbox.Limits {
+	switch b.weak {
+	case battery.NoPidsLimit:
+		lim.Pids = 1 << 20
+	case battery.NoMemoryLimit:
+		lim.Memory = 1 << 40
+	case battery.NoDiskQuota:
+		lim.Disk = 1 << 40
+	case battery.NoDeadline:
+		lim.Wall = time.Hour
+	case battery.NoOutputCap:
+		lim.Output = sandbox.MaxOutputBytes
+	}
+	return lim
 }

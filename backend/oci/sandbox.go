@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wovyr/wovyr/agent"
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/cgroup"
 	"github.com/wovyr/wovyr/image"
 	"github.com/wovyr/wovyr/sandbox"
@@ -102,6 +103,10 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 		return nil, err
 	}
 	if err := step("uid range", func() (err error) {
+		if b.weak == battery.SharedUID {
+			s.slot = &slot{ids: b.rangeFor()} // every sandbox on one range, unlocked
+			return nil
+		}
 		s.slot, err = acquireSlot(b.run, b.cfg.UIDBase, b.cfg.Slots)
 		return err
 	}); err != nil {
@@ -162,6 +167,7 @@ func (s *Sandbox) writeSpec() error {
 	if err != nil {
 		return err
 	}
+	weakenSpec(spec, s.b.weak)
 	js, err := json.MarshalIndent(spec, "", "\t")
 	if err != nil {
 		return err
@@ -264,7 +270,11 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	if s.tenant != nil {
 		// The runtime cannot know this group: kill what is left in it and
 		// make sure no hierarchy keeps it.
-		errs = append(errs, s.tenant.Destroy(ctx), removeCgroup(ctx, s.tenant.Path()))
+		// The KeepOrphans positive control does not hunt down what escaped
+		// its (absent) pid namespace; its cgroup stays until Reconcile.
+		if s.b.weak != battery.KeepOrphans {
+			errs = append(errs, s.tenant.Destroy(ctx), removeCgroup(ctx, s.tenant.Path()))
+		}
 	}
 	if s.agentPID != 0 {
 		// The init's death takes its pid namespace with it (the kernel
