@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -158,6 +160,11 @@ func (s *Sandbox) claim(inv *sandbox.Invocation, lim sandbox.Limits) error {
 			return err
 		}
 	}
+	if s.b.weak == battery.KeepOrphans {
+		// Positive control: leave the runtime's cgroups too, so neither
+		// the runtime nor wovyr can find what the workload leaves behind.
+		escapeRuntimeCgroups(s.id, g.Path())
+	}
 	if err := resizeUpper(s.dir, lim.Disk); err != nil {
 		return fmt.Errorf("disk quota: %w", err)
 	}
@@ -266,4 +273,18 @@ func (b *Backend) weaken(lim sandbox.Limits) sandbox.Limits {
 		lim.Output = sandbox.MaxOutputBytes
 	}
 	return lim
+}
+
+// escapeRuntimeCgroups moves the pool cgroup's processes to the root of
+// every hierarchy the tenant group does not cover (KeepOrphans control).
+func escapeRuntimeCgroups(id, tenant string) {
+	pids := cgroupProcs(poolCgroup(id))
+	for _, h := range hierarchies() {
+		if _, err := os.Stat(filepath.Join(h, tenant)); err == nil {
+			continue
+		}
+		for _, pid := range pids {
+			_ = os.WriteFile(filepath.Join(h, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
+		}
+	}
 }

@@ -114,7 +114,17 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 	}
 	s.defer1(func(context.Context) error { s.slot.release(); return nil })
 	s.defer1(func(context.Context) error { return removeScratch(s.dir) })
-	if err := step("rootfs", func() error { return assembleRootfs(rootfs, s.dir, s.slot.ids, lim.Disk) }); err != nil {
+	if err := step("rootfs", func() error {
+		if err := assembleRootfs(rootfs, s.dir, s.slot.ids, lim.Disk); err != nil {
+			return err
+		}
+		if rootWeakness(b.weak) {
+			// Positive controls without a user namespace: the workspace
+			// belongs to host root, as the sandbox's root now is.
+			return os.Chown(filepath.Join(s.dir, "rootfs", workDir), 0, 0)
+		}
+		return nil
+	}); err != nil {
 		return nil, err
 	}
 	if err := step("spec", s.writeSpec); err != nil {

@@ -36,6 +36,17 @@ func (b *Backend) Weakened(w battery.Weakness) (sandbox.Backend, error) {
 			defer b.mu.Unlock()
 			c := &Backend{cfg: b.cfg, name: b.name, strength: b.strength, gvisor: b.gvisor,
 				agent: b.agent, run: b.run, driver: b.driver, probed: b.probed, weak: w}
+			if c.driver != nil && c.gvisor && w == battery.HostNetwork {
+				// runsc decides networking by flag, not by the spec.
+				d := *c.driver
+				d.flags = append([]string{}, d.flags...)
+				for i, f := range d.flags {
+					if f == "--network=none" {
+						d.flags[i] = "--network=host"
+					}
+				}
+				c.driver = &d
+			}
 			return c, nil
 		}
 	}
@@ -102,4 +113,9 @@ func dropRlimit(ls []specs.POSIXRlimit, typ string) []specs.POSIXRlimit {
 		}
 	}
 	return out
+}
+
+// rootWeakness reports a weakness that runs the sandbox as host root.
+func rootWeakness(w battery.Weakness) bool {
+	return w == battery.RunAsRoot || w == HostPIDAsRoot || w == battery.KeepOrphans
 }
