@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/wovyr/wovyr/backend/native"
+	"github.com/wovyr/wovyr/backend/oci"
 	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/store"
@@ -108,7 +109,11 @@ func verdict(r cert.Record) string {
 
 // suites returns the battery suite of each backend on this node.
 func (n *node) suites(guest string) map[string]battery.Suite {
-	return map[string]battery.Suite{
+	suites := map[string]battery.Suite{
 		"native": native.Suite(n.native, guest),
 	}
+	for _, b := range n.oci {
+		suites[b.Name()] = oci.Suite(b, "")
+	}
+	return suites
 }

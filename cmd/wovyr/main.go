@@ -28,6 +28,7 @@ func commands() []command {
 		{"backends", "show each backend: strength, availability, certification", backendsMain},
 		{"certify", "run the escape battery and record certifications", certifyMain},
 		{"bench", "measure wovyr against the raw peers, side by side", benchMain},
+		{"image", "build, import, list and remove root filesystem templates", imageMain},
 		{"version", "print the version", versionMain},
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wovyr/wovyr/backend/native"
+	"github.com/wovyr/wovyr/backend/oci"
 	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/manager"
 	"github.com/wovyr/wovyr/sandbox"
@@ -21,6 +22,7 @@ type node struct {
 	g        *globals
 	log      *slog.Logger
 	native   *native.Backend
+	oci      []*oci.Backend // container (crun/runc) and gvisor (runsc)
 	backends []sandbox.Backend
 	mgr      *manager.Manager
 }
@@ -35,6 +37,16 @@ func openNode(g *globals) (*node, error) {
 		return nil, err
 	}
 	n.backends = []sandbox.Backend{n.native}
+	ocfg := oci.Config{StateDir: g.stateDir, Agent: g.guest, Logger: n.log}
+	for _, mk := range []func(oci.Config) (*oci.Backend, error){oci.NewContainer, oci.NewGVisor} {
+		b, err := mk(ocfg)
+		if err != nil {
+			n.log.Warn("backend not constructed", "err", err)
+			continue
+		}
+		n.oci = append(n.oci, b)
+		n.backends = append(n.backends, b)
+	}
 	certs, err := n.certs()
 	if err != nil {
 		return nil, err
