@@ -49,13 +49,42 @@ func Suite(b *Backend, image string) battery.Suite {
 		{ID: 11, Weakness: Privileged, Run: probeMount},
 		{ID: 24, Weakness: Privileged, Run: probeCaps},
 		{ID: 49, Weakness: battery.SharedUID, Run: probeHostUIDs},
+		{ID: 8, Weakness: HostPIDAsRoot, Run: shellProbe("list /proc/1/root and count the pids visible in /proc",
+			`ls /proc/1/root >/dev/null 2>&1 && echo root-ok; ls /proc | grep -c '^[0-9]'`,
+			func(out string) bool {
+				f := strings.Fields(out)
+				return len(f) == 2 && f[0] == "root-ok" && atoi(f[1]) <= 8
+			})},
+		{ID: 9, Weakness: HostBind, Run: shellProbe("list mount points (mountinfo) inside the sandbox",
+			`cut -d' ' -f5 /proc/self/mountinfo | sort -u`, onlyDeclaredMounts)},
+		{ID: 10, Weakness: battery.HostNetwork, Run: shellProbe("look for unix sockets in the filesystem and in /proc/net/unix",
+			`find / -xdev -type s 2>/dev/null | head -5; tail -n +2 /proc/net/unix | wc -l`,
+			func(out string) bool { return strings.TrimSpace(out) == "0" })},
+		{ID: 26, Weakness: Privileged, Run: shellProbe("unshare user, mount and net namespaces",
+			`unshare -U -r true 2>/dev/null && echo USERNS; unshare -m true 2>/dev/null && echo MNTNS; unshare -n true 2>/dev/null && echo NETNS; echo end`,
+			func(out string) bool { return strings.TrimSpace(out) == "end" })},
+		{ID: 27, Weakness: Privileged, Run: shellProbe("setns into pid 1's namespaces",
+			`nsenter -t 1 -u -i -n true 2>/dev/null && echo ENTERED; echo end`,
+			func(out string) bool { return strings.TrimSpace(out) == "end" })},
+		{ID: 37, Weakness: Privileged, Run: shellProbe("sethostname, then read the name",
+			`hostname evil 2>/dev/null && echo SET; hostname`,
+			func(out string) bool { return strings.TrimSpace(out) == "wovyr" })},
+		{ID: 42, Weakness: HostDevices, Run: shellProbe("list /dev, mknod mem and sda, open kvm",
+			`ls /dev | tr '\n' ' '; echo; mknod /tmp/mem c 1 1 2>/dev/null && echo MKNOD; mknod /tmp/sda b 8 0 2>/dev/null && echo MKNODB; [ -e /dev/kvm ] && echo KVM; echo end`,
+			minimalDev)},
+		{ID: 43, Weakness: Unmasked, Run: shellProbe("read kcore, kallsyms, timer_list, keys; list /sys/firmware and debugfs",
+			`for f in /proc/kcore /proc/kallsyms /proc/timer_list /proc/keys; do [ -n "$(head -c 64 $f 2>/dev/null)" ] && echo READ $f; done; for d in /sys/firmware /sys/kernel/debug; do ls -A $d 2>/dev/null | grep -q . && echo LISTED $d; done; echo end`,
+			func(out string) bool { return strings.TrimSpace(out) == "end" })},
 	} {
 		p.Backends = []string{b.name}
 		probes = append(probes, p)
 	}
 	const noNet = "the sandbox has a loopback-only network namespace and allowlists are refused (Capability.Egress=false); every egress row reduces to row 70"
 	const noSnap = "sandboxes are single-use and never snapshotted yet (residue across tenants: rows 48 and 60)"
-	na := map[int]string{59: noNet}
+	na := map[int]string{
+		59: noNet,
+		23: "invocations carry no annotations: the spec is generated whole by wovyr, and row 6 rejects runtime-steering annotations in it",
+	}
 	for id := 71; id <= 84; id++ {
 		na[id] = noNet
 	}
@@ -307,4 +336,76 @@ func probeHostUIDs(ctx context.Context, t battery.Target) battery.Observation {
 	obs.Observed = fmt.Sprintf("host uids %q", uids)
 	obs.Secure = uids[0] != "" && !strings.Contains(","+uids[1]+",", ","+strings.Split(uids[0], ",")[0]+",")
 	return obs
+}
+
+// shellProbe is a probe that runs script under /bin/sh in a fresh sandbox
+// and judges its stdout with secure.
+func shellProbe(tried, script string, secure func(out string) bool) func(context.Context, battery.Target) battery.Observation {
+	return func(ctx context.Context, t battery.Target) battery.Observation {
+		obs := battery.Observation{Tried: tried}
+		s, err := prepared(ctx, t)
+		if err != nil {
+			obs.Observed = err.Error()
+			return obs
+		}
+		defer s.Destroy(context.WithoutCancel(ctx))
+		res, err := s.Run(ctx, shell(t, script))
+		if err != nil {
+			obs.Observed = err.Error()
+			return obs
+		}
+		out := string(res.Stdout)
+		obs.Observed = fmt.Sprintf("%.300q", out)
+		obs.Secure = res.Class == sandbox.OK && secure(out)
+		return obs
+	}
+}
+
+func atoi(s string) int {
+	n := 0
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 1 << 30
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// declaredMounts are the mount points a sandbox may have: the spec's, and
+// the masked/read-only kernel paths the runtime mounts over.
+func declaredMount(mp string) bool {
+	switch mp {
+	case "/", "/proc", "/dev", "/dev/pts", "/dev/shm", "/dev/mqueue", "/sys", "/sys/fs/cgroup", "/tmp", agentPath,
+		"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/console", "/workspace":
+		return true
+	}
+	return slices.Contains(maskedPaths, mp) || slices.Contains(readonlyPaths, mp) ||
+		strings.HasPrefix(mp, "/sys/fs/cgroup/")
+}
+
+func onlyDeclaredMounts(out string) bool {
+	f := strings.Fields(out)
+	for _, mp := range f {
+		if !declaredMount(mp) {
+			return false
+		}
+	}
+	return len(f) > 0
+}
+
+// minimalDev: only the standard devices, no mknod, no kvm.
+func minimalDev(out string) bool {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || lines[1] != "end" {
+		return false
+	}
+	allowed := []string{"console", "core", "fd", "full", "mqueue", "null", "ptmx", "pts", "random", "shm",
+		"stderr", "stdin", "stdout", "tty", "urandom", "zero"}
+	for _, d := range strings.Fields(lines[0]) {
+		if !slices.Contains(allowed, d) {
+			return false
+		}
+	}
+	return true
 }

@@ -2,6 +2,7 @@ package oci
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
@@ -17,13 +18,19 @@ const (
 	// HostPIDAsRoot: no user and no pid namespace — host root in the
 	// host's process table (sandboxes can see and signal each other).
 	HostPIDAsRoot battery.Weakness = "host-pid-as-root"
+	// HostDevices: the host's /dev/kvm and /dev/mem passed through.
+	HostDevices battery.Weakness = "host-devices"
+	// Unmasked: no masked or read-only kernel paths.
+	Unmasked battery.Weakness = "unmasked"
+	// HostBind: the host's /etc bind-mounted at /host-etc.
+	HostBind battery.Weakness = "host-bind"
 )
 
 // weaknesses this package can build.
 var weaknesses = []battery.Weakness{
 	battery.RunAsRoot, battery.NoRlimits, battery.InheritEnv, battery.SharedUID, battery.HostNetwork,
 	battery.NoPidsLimit, battery.NoMemoryLimit, battery.NoDiskQuota, battery.NoDeadline, battery.NoOutputCap,
-	battery.KeepOrphans, Privileged, HostPIDAsRoot,
+	battery.KeepOrphans, Privileged, HostPIDAsRoot, HostDevices, Unmasked, HostBind,
 }
 
 // Weakened implements battery.Weakener: a copy of b with one weakness, for
@@ -97,6 +104,18 @@ func weakenSpec(s *specs.Spec, w battery.Weakness) {
 		s.Linux.Resources.Memory = nil
 	case battery.NoDiskQuota:
 		s.Process.Rlimits = dropRlimit(s.Process.Rlimits, "RLIMIT_FSIZE")
+	case HostDevices:
+		for _, d := range []struct {
+			path         string
+			major, minor int64
+		}{{"/dev/kvm", 10, 232}, {"/dev/mem", 1, 1}} {
+			s.Linux.Devices = append(s.Linux.Devices, specs.LinuxDevice{Path: d.path, Type: "c", Major: d.major, Minor: d.minor, FileMode: fileMode(0o600)})
+			s.Linux.Resources.Devices = append(s.Linux.Resources.Devices, specs.LinuxDeviceCgroup{Allow: true, Type: "c", Major: &d.major, Minor: &d.minor, Access: "rwm"})
+		}
+	case Unmasked:
+		s.Linux.MaskedPaths, s.Linux.ReadonlyPaths = nil, nil
+	case HostBind:
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/host-etc", Type: "bind", Source: "/etc", Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 	case Privileged:
 		all := []string{"CAP_SYS_ADMIN"}
 		s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: all, Effective: all, Permitted: all}
@@ -119,3 +138,5 @@ func dropRlimit(ls []specs.POSIXRlimit, typ string) []specs.POSIXRlimit {
 func rootWeakness(w battery.Weakness) bool {
 	return w == battery.RunAsRoot || w == HostPIDAsRoot || w == battery.KeepOrphans
 }
+
+func fileMode(m os.FileMode) *os.FileMode { return &m }
