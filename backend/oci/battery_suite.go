@@ -52,8 +52,9 @@ func Suite(b *Backend, image string) battery.Suite {
 		{ID: 8, Weakness: HostPIDAsRoot, Run: shellProbe("list /proc/1/root and count the pids visible in /proc",
 			`ls /proc/1/root >/dev/null 2>&1 && echo root-ok; ls /proc | grep -c '^[0-9]'`,
 			func(out string) bool {
+				// runsc refuses /proc/1/root to the workload: also secure.
 				f := strings.Fields(out)
-				return len(f) == 2 && f[0] == "root-ok" && atoi(f[1]) <= 8
+				return len(f) > 0 && atoi(f[len(f)-1]) <= 8
 			})},
 		{ID: 9, Weakness: HostBind, Run: shellProbe("list mount points (mountinfo) inside the sandbox",
 			`cut -d' ' -f5 /proc/self/mountinfo | sort -u`, onlyDeclaredMounts)},
@@ -70,7 +71,7 @@ func Suite(b *Backend, image string) battery.Suite {
 			`hostname evil 2>/dev/null && echo SET; hostname`,
 			func(out string) bool { return strings.TrimSpace(out) == "wovyr" })},
 		{ID: 42, Weakness: HostDevices, Run: shellProbe("list /dev, mknod mem and sda, open kvm",
-			`ls /dev | tr '\n' ' '; echo; mknod /tmp/mem c 1 1 2>/dev/null && echo MKNOD; mknod /tmp/sda b 8 0 2>/dev/null && echo MKNODB; [ -e /dev/kvm ] && echo KVM; echo end`,
+			`ls /dev | tr '\n' ' '; echo; mknod /tmp/mem c 1 1 2>/dev/null && head -c 16 /tmp/mem >/dev/null 2>&1 && echo MEM; mknod /tmp/sda b 8 0 2>/dev/null && head -c 16 /tmp/sda >/dev/null 2>&1 && echo SDA; [ -e /dev/kvm ] && echo KVM; echo end`,
 			minimalDev)},
 		{ID: 43, Weakness: Unmasked, Run: shellProbe("read kcore, kallsyms, timer_list, keys; list /sys/firmware and debugfs",
 			`for f in /proc/kcore /proc/kallsyms /proc/timer_list /proc/keys; do [ -n "$(head -c 64 $f 2>/dev/null)" ] && echo READ $f; done; for d in /sys/firmware /sys/kernel/debug; do ls -A $d 2>/dev/null | grep -q . && echo LISTED $d; done; echo end`,
@@ -394,14 +395,15 @@ func onlyDeclaredMounts(out string) bool {
 	return len(f) > 0
 }
 
-// minimalDev: only the standard devices, no mknod, no kvm.
+// minimalDev: only the standard devices (gVisor adds its own fuse and
+// net/tun), no readable memory or disk node, no kvm.
 func minimalDev(out string) bool {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 2 || lines[1] != "end" {
 		return false
 	}
 	allowed := []string{"console", "core", "fd", "full", "mqueue", "null", "ptmx", "pts", "random", "shm",
-		"stderr", "stdin", "stdout", "tty", "urandom", "zero"}
+		"stderr", "stdin", "stdout", "tty", "urandom", "zero", "fuse", "net"}
 	for _, d := range strings.Fields(lines[0]) {
 		if !slices.Contains(allowed, d) {
 			return false
