@@ -69,7 +69,16 @@ func (d *driver) command(args ...string) *exec.Cmd {
 // a private mount namespace where the cgroup2 mount is gone (DESIGN §5);
 // exec/kill/delete need no wrapper.
 func (d *driver) createCommand(bundle, id string) *exec.Cmd {
-	args := d.argv("create", "--bundle", bundle, id)
+	return d.wrapped(d.argv("create", "--bundle", bundle, id))
+}
+
+// runDetachedCommand builds "run --detach --bundle B ID": create and start
+// in one runtime process (the container keeps the stdio it was given).
+func (d *driver) runDetachedCommand(bundle, id string) *exec.Cmd {
+	return d.wrapped(d.argv("run", "--detach", "--bundle", bundle, id))
+}
+
+func (d *driver) wrapped(args []string) *exec.Cmd {
 	if !d.hybrid {
 		return exec.Command(d.path, args...)
 	}

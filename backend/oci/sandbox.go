@@ -132,10 +132,7 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 	}
 	s.defer1(func(ctx context.Context) error { return removeCgroup(ctx, poolCgroup(s.id)) })
 	s.defer1(func(ctx context.Context) error { return d.destroy(ctx, s.id) })
-	if err := step("create", func() error { return s.create(ctx) }); err != nil {
-		return nil, err
-	}
-	if err := step("start", func() error { return d.run(ctx, 30*time.Second, "start", s.id) }); err != nil {
+	if err := step("run", func() error { return s.create(ctx) }); err != nil {
 		return nil, err
 	}
 	if err := step("ready", func() error { return s.ready(ctx) }); err != nil {
@@ -194,8 +191,8 @@ type pipeConn struct {
 
 func (p *pipeConn) Close() error { return errors.Join(p.w.Close(), p.r.Close()) }
 
-// create runs "<runtime> create" with the agent's stdin/stdout as pipes; the
-// container inherits them (no terminal, no console socket).
+// create runs "<runtime> run --detach" with the agent's stdin/stdout as
+// pipes; the container inherits them (no terminal, no console socket).
 func (s *Sandbox) create(ctx context.Context) error {
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -215,7 +212,7 @@ func (s *Sandbox) create(ctx context.Context) error {
 		return err
 	}
 	defer logf.Close()
-	cmd := s.d.createCommand(s.dir, s.id)
+	cmd := s.d.runDetachedCommand(s.dir, s.id)
 	cmd.Dir = s.dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, logf
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
