@@ -35,7 +35,8 @@ type Sandbox struct {
 	slot     *slot
 	lock     *os.File // held while the sandbox lives (see locks.go)
 	client   *agent.Client
-	agentPID int // host pid of the container init (container only)
+	agentPID int           // host pid of the container init (container only)
+	runtime  chan struct{} // closed when the foreground runtime has exited
 
 	mu      sync.Mutex
 	used    bool
@@ -131,7 +132,7 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 		return nil, err
 	}
 	s.defer1(func(ctx context.Context) error { return removeCgroup(ctx, poolCgroup(s.id)) })
-	s.defer1(func(ctx context.Context) error { return d.destroy(ctx, s.id) })
+	s.defer1(s.stop)
 	if err := step("run", func() error { return s.create(ctx) }); err != nil {
 		return nil, err
 	}
@@ -182,17 +183,24 @@ func (s *Sandbox) writeSpec() error {
 	return os.WriteFile(filepath.Join(s.dir, "config.json"), js, 0o600)
 }
 
-// pipeConn is the host end of the agent's stdio.
+// pipeConn is the host end of the agent's stdio. Close is idempotent: the
+// client closes it when a call is abandoned, Destroy closes it again.
 type pipeConn struct {
 	io.Reader
 	io.Writer
 	r, w *os.File
+	once sync.Once
+	err  error
 }
 
-func (p *pipeConn) Close() error { return errors.Join(p.w.Close(), p.r.Close()) }
+func (p *pipeConn) Close() error {
+	p.once.Do(func() { p.err = errors.Join(p.w.Close(), p.r.Close()) })
+	return p.err
+}
 
-// create runs "<runtime> run --detach" with the agent's stdin/stdout as
-// pipes; the container inherits them (no terminal, no console socket).
+// create starts "<runtime> run" with the agent's stdin/stdout as pipes; the
+// container inherits them (no terminal, no console socket). Readiness is
+// the agent's answer (ready), not the runtime's exit.
 func (s *Sandbox) create(ctx context.Context) error {
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -212,19 +220,47 @@ func (s *Sandbox) create(ctx context.Context) error {
 		return err
 	}
 	defer logf.Close()
-	cmd := s.d.runDetachedCommand(s.dir, s.id)
+	// The runtime stays in the foreground as the container's parent for
+	// the sandbox's whole life: it reaps the container's init the moment
+	// it dies and deletes the container itself, where a detached one
+	// would leave the reaping to the host's init (runsc then polls it for
+	// a second). It is not bound to ctx, which bounds only this call.
+	cmd := s.d.wrapped(s.d.argv("run", "--bundle", s.dir, s.id))
 	cmd.Dir = s.dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, logf
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	err = runBounded(ctx, cmd)
+	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
+	err = cmd.Start()
 	inR.Close()
 	outW.Close()
 	if err != nil {
-		b, _ := os.ReadFile(logf.Name())
-		return fmt.Errorf("%s create: %w: %s", s.d.name, err, tail(b, 800))
+		return fmt.Errorf("%s run: %w", s.d.name, err)
 	}
+	s.runtime = make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(s.runtime)
+	}()
 	return nil
+}
+
+// stop kills the container and waits for the foreground runtime to reap it
+// and exit; whatever runtime state is left is deleted by force.
+func (s *Sandbox) stop(ctx context.Context) error {
+	if s.runtime != nil {
+		select {
+		case <-s.runtime:
+		default:
+			_ = s.d.run(ctx, 5*time.Second, "kill", s.id, "KILL")
+		}
+		select {
+		case <-s.runtime:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	if !s.d.exists(s.id) {
+		return nil
+	}
+	return s.d.destroy(ctx, s.id)
 }
 
 // ready waits until the agent answers a no-op job; for runc/crun it also
