@@ -36,6 +36,7 @@ type Sandbox struct {
 	lock     *os.File // held while the sandbox lives (see locks.go)
 	client   *agent.Client
 	agentPID int           // host pid of the container init (container only)
+	agentFD  int           // pidfd of the agent, or -1
 	runtime  chan struct{} // closed when the foreground runtime has exited
 
 	mu      sync.Mutex
@@ -83,7 +84,7 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 }
 
 func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, lim sandbox.Limits) (_ *Sandbox, err error) {
-	s := &Sandbox{b: b, d: d, id: newID(b.gvisor), image: name, limits: lim}
+	s := &Sandbox{b: b, d: d, id: newID(b.gvisor), image: name, limits: lim, agentFD: -1}
 	s.dir = filepath.Join(b.run, "sb", s.id)
 	defer func() {
 		if err != nil {
@@ -250,12 +251,21 @@ func (s *Sandbox) stop(ctx context.Context) error {
 		select {
 		case <-s.runtime:
 		default:
-			_ = s.d.run(ctx, 5*time.Second, "kill", s.id, "KILL")
+			// The agent is the pid namespace's init: killing it ends every
+			// process in the container. Through a pidfd, so a recycled pid
+			// can never be hit; runsc's Sentry is killed by runsc.
+			if s.agentFD < 0 || unix.PidfdSendSignal(s.agentFD, unix.SIGKILL, nil, 0) != nil {
+				_ = s.d.run(ctx, 5*time.Second, "kill", s.id, "KILL")
+			}
 		}
 		select {
 		case <-s.runtime:
 		case <-time.After(10 * time.Second):
 		}
+	}
+	if s.agentFD >= 0 {
+		unix.Close(s.agentFD)
+		s.agentFD = -1
 	}
 	if !s.d.exists(s.id) {
 		return nil
@@ -282,6 +292,11 @@ func (s *Sandbox) ready(ctx context.Context) error {
 			return fmt.Errorf("want exactly the agent in %s, found pids %v", poolCgroup(s.id), pids)
 		}
 		s.agentPID = pids[0]
+		fd, err := unix.PidfdOpen(s.agentPID, 0)
+		if err != nil {
+			return fmt.Errorf("pidfd of the agent: %w", err)
+		}
+		s.agentFD = fd // closed by stop, after its last use
 	}
 	return nil
 }
