@@ -30,7 +30,6 @@ type Backend struct {
 
 	mu     sync.Mutex
 	driver *driver // chosen by the first successful probe
-	probed *sandbox.Capability
 }
 
 // NewContainer returns the container backend: crun, runc as fallback.

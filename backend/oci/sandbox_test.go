@@ -3,6 +3,7 @@ package oci
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,5 +72,50 @@ func TestIDAndCaps(t *testing.T) {
 				t.Errorf("want no effective capabilities, got %s", out)
 			}
 		})
+	}
+}
+
+// TestConcurrentSandboxesGetDistinctRanges prepares several sandboxes at
+// once (released together) and checks each runs on its own host uid range.
+func TestConcurrentSandboxesGetDistinctRanges(t *testing.T) {
+	b := newBackends(t)["container"]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const n = 6
+	sbs := make([]*Sandbox, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			sb, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
+			if err == nil {
+				sbs[i] = sb.(*Sandbox)
+			}
+			errs[i] = err
+		})
+	}
+	close(start)
+	wg.Wait()
+	seen := map[uint32]bool{}
+	for i, s := range sbs {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		defer func() {
+			if err := s.Destroy(ctx); err != nil {
+				t.Error(err)
+			}
+			assertNoLeftovers(t, b, s)
+		}()
+		if seen[s.slot.ids.HostUID] {
+			t.Fatalf("two live sandboxes share host uid %d", s.slot.ids.HostUID)
+		}
+		seen[s.slot.ids.HostUID] = true
+		res, err := s.Run(ctx, cmd("/bin/sh", "-c", "echo $$"))
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("run: %v %+v", err, res)
+		}
 	}
 }

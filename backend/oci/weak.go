@@ -42,7 +42,7 @@ func (b *Backend) Weakened(w battery.Weakness) (sandbox.Backend, error) {
 			b.mu.Lock()
 			defer b.mu.Unlock()
 			c := &Backend{cfg: b.cfg, name: b.name, strength: b.strength, gvisor: b.gvisor,
-				agent: b.agent, run: b.run, driver: b.driver, probed: b.probed, weak: w}
+				agent: b.agent, run: b.run, driver: b.driver, weak: w}
 			if c.driver != nil && c.gvisor && w == battery.HostNetwork {
 				// runsc decides networking by flag, not by the spec.
 				d := *c.driver
