@@ -13,9 +13,10 @@ import (
 // runsc: the Sentry keeps one process table per sandbox whatever the spec
 // says, so no weakened configuration lets two sandboxes see each other's
 // processes or lets an orphan outlive the sandbox.
-// Likewise its procfs has no kcore/kallsyms/timer_list to unmask, and its
-// /proc/net/unix is the Sentry's own even with --network=host.
-var gvisorNoControl = map[int]bool{8: true, 10: true, 43: true, 45: true, 48: true, 60: true,
+// Likewise its procfs has no kcore/kallsyms/timer_list to unmask, its
+// /proc/net/unix is the Sentry's own even with --network=host, and its
+// sysctls stay read-only with --network=none.
+var gvisorNoControl = map[int]bool{8: true, 10: true, 12: true, 43: true, 45: true, 48: true, 60: true,
 	// battery's two-tenant probe keeps tenant A listening for 1 s, less
 	// than one runsc Prepare here; reported to the battery's owner.
 	47: true}

@@ -24,13 +24,16 @@ const (
 	Unmasked battery.Weakness = "unmasked"
 	// HostBind: the host's /etc bind-mounted at /host-etc.
 	HostBind battery.Weakness = "host-bind"
+	// WritableProcSys: /proc/sys neither masked nor read-only, and
+	// CAP_NET_ADMIN, so the sandbox's own network sysctls are writable.
+	WritableProcSys battery.Weakness = "writable-proc-sys"
 )
 
 // weaknesses this package can build.
 var weaknesses = []battery.Weakness{
 	battery.RunAsRoot, battery.NoRlimits, battery.InheritEnv, battery.SharedUID, battery.HostNetwork,
 	battery.NoPidsLimit, battery.NoMemoryLimit, battery.NoDiskQuota, battery.NoDeadline, battery.NoOutputCap,
-	battery.KeepOrphans, Privileged, HostPIDAsRoot, HostDevices, Unmasked, HostBind,
+	battery.KeepOrphans, Privileged, HostPIDAsRoot, HostDevices, Unmasked, HostBind, WritableProcSys,
 }
 
 // Weakened implements battery.Weakener: a copy of b with one weakness, for
@@ -114,6 +117,10 @@ func weakenSpec(s *specs.Spec, w battery.Weakness) {
 		}
 	case Unmasked:
 		s.Linux.MaskedPaths, s.Linux.ReadonlyPaths = nil, nil
+	case WritableProcSys:
+		s.Linux.MaskedPaths, s.Linux.ReadonlyPaths = nil, nil
+		caps := []string{"CAP_NET_ADMIN"}
+		s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
 	case HostBind:
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/host-etc", Type: "bind", Source: "/etc", Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 	case Privileged:
