@@ -199,3 +199,17 @@ func TestSpecIsWrittenForRuntime(t *testing.T) {
 		t.Fatalf("bundle spec flagged: %v", bad)
 	}
 }
+
+// TestWorkloadCannotReachAgentFDs pins a bug: the workload (same uid as the
+// agent) could open /proc/1/fd/2, a host file, and grow it without bound,
+// or read/write the job stream through /proc/1/fd/0 and 1.
+func TestWorkloadCannotReachAgentFDs(t *testing.T) {
+	// runsc does not apply dumpability to procfs fd access (see the
+	// package doc): only runc/crun are held to it here.
+	b := newBackends(t)["container"]
+	res := run(t, b, cmd("/bin/sh", "-c",
+		`for fd in 0 1 2; do echo x >> /proc/1/fd/$fd 2>/dev/null && echo W$fd; head -c1 /proc/1/fd/$fd >/dev/null 2>&1 </dev/null && echo R$fd; readlink /proc/1/fd/$fd >/dev/null 2>&1 && echo L$fd; done; echo end`))
+	if got := strings.TrimSpace(string(res.Stdout)); got != "end" {
+		t.Fatalf("workload reached the agent's descriptors: %q (stderr %q)", got, res.Stderr)
+	}
+}

@@ -38,6 +38,7 @@ type Sandbox struct {
 	agentPID int           // host pid of the container init (container only)
 	agentFD  int           // pidfd of the agent, or -1
 	runtime  chan struct{} // closed when the foreground runtime has exited
+	stderr   *lockedCapped // the runtime's and agent's stderr, capped
 
 	mu      sync.Mutex
 	used    bool
@@ -216,11 +217,17 @@ func (s *Sandbox) create(ctx context.Context) error {
 	conn := &pipeConn{Reader: outR, Writer: inW, r: outR, w: inW}
 	s.client = agent.NewClient(conn)
 	s.defer1(func(context.Context) error { return s.client.Close() })
-	logf, err := os.OpenFile(filepath.Join(s.dir, "runtime.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	// The runtime's and the agent's stderr: a pipe drained into a capped
+	// buffer, never a host file the sandbox could grow without bound.
+	errR, errW, err := os.Pipe()
 	if err != nil {
 		return err
 	}
-	defer logf.Close()
+	s.stderr = &lockedCapped{c: sandbox.Capped{Limit: 64 << 10}}
+	go func() {
+		_, _ = io.Copy(s.stderr, errR)
+		errR.Close()
+	}()
 	// The runtime stays in the foreground as the container's parent for
 	// the sandbox's whole life: it reaps the container's init the moment
 	// it dies and deletes the container itself, where a detached one
@@ -228,11 +235,12 @@ func (s *Sandbox) create(ctx context.Context) error {
 	// a second). It is not bound to ctx, which bounds only this call.
 	cmd := s.d.wrapped(s.d.argv("run", "--bundle", s.dir, s.id))
 	cmd.Dir = s.dir
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, logf
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
 	err = cmd.Start()
 	inR.Close()
 	outW.Close()
+	errW.Close()
 	if err != nil {
 		return fmt.Errorf("%s run: %w", s.d.name, err)
 	}
@@ -280,8 +288,7 @@ func (s *Sandbox) ready(ctx context.Context) error {
 	defer cancel()
 	rep, err := s.client.Do(ctx, agent.Job{ID: "ready"})
 	if err != nil {
-		b, _ := os.ReadFile(filepath.Join(s.dir, "runtime.log"))
-		return fmt.Errorf("agent did not answer: %w: %s", err, tail(b, 800))
+		return fmt.Errorf("agent did not answer: %w: %s", err, tail(s.stderr.Bytes(), 800))
 	}
 	if rep.Error != "" {
 		return fmt.Errorf("agent: %s", rep.Error)
@@ -371,3 +378,22 @@ func waitDead(pid int, limit time.Duration) error {
 
 // ID is the sandbox's container id (and cgroup leaf name).
 func (s *Sandbox) ID() string { return s.id }
+
+// lockedCapped is a sandbox.Capped safe for one writer and other readers.
+type lockedCapped struct {
+	mu sync.Mutex
+	c  sandbox.Capped
+}
+
+func (l *lockedCapped) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.c.Write(p)
+}
+
+// Bytes returns a copy of what was kept.
+func (l *lockedCapped) Bytes() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]byte(nil), l.c.Bytes()...)
+}
