@@ -27,6 +27,18 @@
 // wasmSeam); runsc's kvm platform (it spins on these hosts) and runsc
 // --rootless as root (the Sentry would run as host root).
 //
+// # The agent is inside the boundary
+//
+// The workload runs as the agent's uid, so nothing the agent reports is
+// trusted for accounting: usage, OOM and timeouts are judged from host-side
+// measurements (tenant cgroup, host clock). The agent makes itself
+// non-dumpable (agent.Harden), so under runc/crun a workload cannot open
+// /proc/1/fd/* to read the job stream or forge reply frames; runsc does not
+// apply dumpability to procfs fd access, so under gVisor a workload can
+// forge its own reply — affecting only its own exit status and output, as
+// the sandbox serves one invocation. The agent's stderr is a capped pipe,
+// never a host file.
+//
 // Everything it creates on the host carries "wovyr" in its name (container
 // ids, cgroup paths, scratch directories), and Reconcile removes leftovers
 // whose owner is gone, and nothing else.
