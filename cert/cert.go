@@ -6,6 +6,7 @@
 package cert
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -70,14 +71,14 @@ func (r Record) Check(k Key) error {
 	switch {
 	case r.Backend != k.Backend:
 		return fmt.Errorf("record is for backend %q", r.Backend)
-	case !r.Passed:
-		return fmt.Errorf("certification failed: %s", strings.Join(r.Failed(), ", "))
 	case r.RuntimeVersion != k.RuntimeVersion:
 		return fmt.Errorf("certified for runtime %q, now %q: run wovyr certify --backend %s", r.RuntimeVersion, k.RuntimeVersion, k.Backend)
 	case r.Kernel != k.Kernel:
 		return fmt.Errorf("certified on kernel %q, now %q: run wovyr certify --backend %s", r.Kernel, k.Kernel, k.Backend)
 	case r.ConfigHash != k.ConfigHash:
 		return fmt.Errorf("certified with config %s, now %s: run wovyr certify --backend %s", r.ConfigHash, k.ConfigHash, k.Backend)
+	case !r.Passed || !r.Verdict():
+		return fmt.Errorf("certification failed: %s", strings.Join(r.Failed(), ", "))
 	}
 	return nil
 }
@@ -91,15 +92,37 @@ func Kernel() string {
 	return unix.ByteSliceToString(u.Release[:])
 }
 
-// Set is an in-memory snapshot of records by backend; it satisfies
-// manager.Certs for one-shot commands that should not hold the store open.
-type Set map[string]Record
-
-// Cert returns the record of backend.
-func (s Set) Cert(backend string) (Record, error) {
-	r, ok := s[backend]
-	if !ok {
-		return r, fmt.Errorf("no certification for %s", backend)
-	}
-	return r, nil
+// String is the key's canonical form, used to store records.
+func (k Key) String() string {
+	return k.Backend + "|" + k.RuntimeVersion + "|" + k.Kernel + "|" + k.ConfigHash
 }
+
+// ErrNotCertified is returned when no record matches a key.
+var ErrNotCertified = errors.New("not certified")
+
+// Find returns the record certifying exactly k. A node may hold records for
+// several configurations of one backend (a daemon with egress, a one-shot
+// CLI without); when none matches, the error says how the newest record of
+// that backend differs, or that there is none.
+func Find(recs []Record, k Key) (Record, error) {
+	var newest *Record
+	for i, r := range recs {
+		if r.Key == k {
+			return r, nil
+		}
+		if r.Backend == k.Backend && (newest == nil || r.At.After(newest.At)) {
+			newest = &recs[i]
+		}
+	}
+	if newest == nil {
+		return Record{}, fmt.Errorf("%w (run wovyr certify --backend %s)", ErrNotCertified, k.Backend)
+	}
+	return Record{}, fmt.Errorf("%w: %w", ErrNotCertified, newest.Check(k))
+}
+
+// Set is an in-memory snapshot of records; it satisfies manager.Certs for
+// one-shot commands that should not hold the store open.
+type Set []Record
+
+// Cert returns the record certifying exactly k.
+func (s Set) Cert(k Key) (Record, error) { return Find(s, k) }

@@ -127,7 +127,10 @@ func TestNewRefusesForeignPath(t *testing.T) {
 
 func TestReconcileRemovesLeftovers(t *testing.T) {
 	requireRoot(t)
-	rel := fmt.Sprintf("%s/test/leftover-%d", Prefix, os.Getpid())
+	// Only this test's subtree: other packages' tests may have live
+	// sandboxes under the prefix right now.
+	scope := fmt.Sprintf("%s/test-reconcile-%d", Prefix, os.Getpid())
+	rel := scope + "/leftover"
 	g, err := New(rel, Limits{Pids: 8})
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +145,7 @@ func TestReconcileRemovesLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syscall.Rmdir(other)
-	n, err := Reconcile(context.Background())
+	n, err := ReconcileUnder(context.Background(), scope)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,23 +3,33 @@ package cgroup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // Reconcile kills every process left in groups below Prefix (in every
 // hierarchy) and removes the groups, deepest first. It is what start-up runs
 // after a crash; it touches nothing outside Prefix. It returns how many
 // groups it removed.
-func Reconcile(ctx context.Context) (int, error) {
+func Reconcile(ctx context.Context) (int, error) { return ReconcileUnder(ctx, Prefix) }
+
+// ReconcileUnder is Reconcile limited to the subtree rel (which must be
+// Prefix or below it), for callers that own only part of the tree.
+func ReconcileUnder(ctx context.Context, rel string) (int, error) {
+	rel = filepath.Clean(rel)
+	if rel != Prefix && !strings.HasPrefix(rel, Prefix+"/") || strings.Contains(rel, "..") {
+		return 0, fmt.Errorf("cgroup: %q is not below %s/", rel, Prefix)
+	}
 	var tops []string
 	if V2() {
-		tops = []string{filepath.Join(Root, Prefix)}
+		tops = []string{filepath.Join(Root, rel)}
 	} else {
 		for _, c := range v1Controllers {
-			tops = append(tops, filepath.Join(Root, c, Prefix))
+			tops = append(tops, filepath.Join(Root, c, rel))
 		}
 	}
 	removed := 0
@@ -35,13 +45,14 @@ func Reconcile(ctx context.Context) (int, error) {
 		slices.Reverse(dirs) // children before parents
 		for _, d := range dirs {
 			if pids, _ := readPids(filepath.Join(d, "cgroup.procs")); len(pids) > 0 {
-				rel, _ := filepath.Rel(filepath.Dir(top), d)
-				g := &Group{rel: rel, v2: V2()}
+				sub, _ := filepath.Rel(filepath.Dir(top), d)
+				sub = filepath.Join(filepath.Dir(rel), sub)
+				g := &Group{rel: sub, v2: V2()}
 				if g.v2 {
 					g.dirs = []string{d}
 				} else {
 					for _, c := range v1Controllers {
-						g.dirs = append(g.dirs, filepath.Join(Root, c, rel))
+						g.dirs = append(g.dirs, filepath.Join(Root, c, sub))
 					}
 				}
 				if err := g.Kill(ctx); err != nil {

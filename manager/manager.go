@@ -15,15 +15,17 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
 // Certs gives the manager the current certification of a backend.
 type Certs interface {
-	// Cert returns the backend's record; an error (for example "not
-	// found") means the backend is not certified.
-	Cert(backend string) (cert.Record, error)
+	// Cert returns the record certifying exactly k; an error says why
+	// there is none.
+	Cert(k cert.Key) (cert.Record, error)
 }
 
 // Config configures a Manager. It is read once, by New.
@@ -50,8 +52,9 @@ type Manager struct {
 	kernel   string
 	log      *slog.Logger
 
-	mu     sync.Mutex
-	probed map[string]sandbox.Capability
+	mu      sync.Mutex
+	probed  map[string]sandbox.Capability
+	probing singleflight.Group // one probe per backend at a time
 }
 
 // New returns a manager for cfg's backends.
@@ -140,13 +143,18 @@ func (m *Manager) probe(ctx context.Context, b sandbox.Backend, force bool) sand
 	if ok && !force {
 		return capa
 	}
-	start := time.Now()
-	capa = b.Probe(ctx)
-	m.log.Debug("probe", "backend", b.Name(), "available", capa.Available, "reason", capa.Reason, "version", capa.Version, "took", time.Since(start))
-	m.mu.Lock()
-	m.probed[b.Name()] = capa
-	m.mu.Unlock()
-	return capa
+	// Concurrent first selections share one probe instead of each running
+	// the backend's (possibly slow) real probe.
+	v, _, _ := m.probing.Do(b.Name(), func() (any, error) {
+		start := time.Now()
+		capa := b.Probe(context.WithoutCancel(ctx))
+		m.log.Debug("probe", "backend", b.Name(), "available", capa.Available, "reason", capa.Reason, "version", capa.Version, "took", time.Since(start))
+		m.mu.Lock()
+		m.probed[b.Name()] = capa
+		m.mu.Unlock()
+		return capa, nil
+	})
+	return v.(sandbox.Capability)
 }
 
 // Key is the certification key of b as it is configured now.
@@ -158,12 +166,10 @@ func (m *Manager) certified(b sandbox.Backend, capa sandbox.Capability) error {
 	if m.certs == nil {
 		return errors.New("not certified: no certification store")
 	}
-	rec, err := m.certs.Cert(b.Name())
+	k := m.Key(b, capa)
+	rec, err := m.certs.Cert(k)
 	if err != nil {
-		return fmt.Errorf("not certified (run wovyr certify --backend %s)", b.Name())
+		return err
 	}
-	if !rec.Passed || !rec.Verdict() {
-		return fmt.Errorf("certification failed: %v", rec.Failed())
-	}
-	return rec.Check(m.Key(b, capa))
+	return rec.Check(k)
 }

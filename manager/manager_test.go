@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/netpolicy"
@@ -42,12 +45,12 @@ func (f *fakeBackend) Prepare(context.Context, sandbox.Template) (sandbox.Sandbo
 // certMap certifies the backends it holds, for kernel "k".
 type certMap map[string]cert.Record
 
-func (c certMap) Cert(name string) (cert.Record, error) {
-	r, ok := c[name]
-	if !ok {
-		return r, errors.New("not found")
+func (c certMap) Cert(k cert.Key) (cert.Record, error) {
+	var recs []cert.Record
+	for _, r := range c {
+		recs = append(recs, r)
 	}
-	return r, nil
+	return cert.Find(recs, k)
 }
 
 func passed(name string) cert.Record {
@@ -219,5 +222,55 @@ func TestDuplicateBackendRefused(t *testing.T) {
 	a := &fakeBackend{name: "x", strength: sandbox.Native}
 	if _, err := New(Config{Backends: []sandbox.Backend{a, a}}); err == nil {
 		t.Fatal("duplicate accepted")
+	}
+}
+
+func BenchmarkSelect(b *testing.B) {
+	var backends []sandbox.Backend
+	certs := certMap{}
+	for _, s := range sandbox.Strengths {
+		backends = append(backends, &fakeBackend{name: s.String(), strength: s, kinds: []sandbox.WorkloadKind{sandbox.KindCommand}, available: true})
+		certs[s.String()] = passed(s.String())
+	}
+	m, _ := New(Config{Backends: backends, Certs: certs, Kernel: "k", Logger: slog.New(slog.DiscardHandler)})
+	p := sandbox.Policy{Trust: sandbox.Untrusted}
+	ctx := context.Background()
+	for b.Loop() {
+		if _, err := m.Select(ctx, p, sandbox.KindCommand); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// countingBackend counts probes and holds each one until released.
+type countingBackend struct {
+	fakeBackend
+	probes  atomic.Int32
+	release chan struct{}
+}
+
+func (c *countingBackend) Probe(ctx context.Context) sandbox.Capability {
+	c.probes.Add(1)
+	<-c.release
+	return c.fakeBackend.Probe(ctx)
+}
+
+func TestConcurrentSelectsShareOneProbe(t *testing.T) {
+	b := &countingBackend{fakeBackend: fakeBackend{name: "native", strength: sandbox.Native, kinds: []sandbox.WorkloadKind{sandbox.KindCommand}, available: true},
+		release: make(chan struct{})}
+	m, _ := New(Config{Backends: []sandbox.Backend{b}, Kernel: "k", Certs: certMap{"native": passed("native")}, Logger: slog.New(slog.DiscardHandler)})
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			if _, err := m.Select(context.Background(), sandbox.Policy{Trust: sandbox.Trusted}, sandbox.KindCommand); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond) // let every Select reach the probe
+	close(b.release)
+	wg.Wait()
+	if n := b.probes.Load(); n != 1 {
+		t.Fatalf("%d probes for 16 concurrent first selections, want 1", n)
 	}
 }

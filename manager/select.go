@@ -51,8 +51,15 @@ func (m *Manager) unusable(ctx context.Context, b sandbox.Backend, p sandbox.Pol
 	if err := m.certified(b, capa); err != nil {
 		return err.Error()
 	}
-	if !p.Network.DenyAll() && !capa.Egress {
-		return "cannot enforce an egress allowlist (deny-all only)"
+	if !p.Network.DenyAll() {
+		if !capa.Egress {
+			return "cannot enforce an egress allowlist (deny-all only)"
+		}
+		if nc, ok := b.(sandbox.NetworkChecker); ok {
+			if err := nc.CheckNetwork(p.Network); err != nil {
+				return "cannot enforce this network policy: " + err.Error()
+			}
+		}
 	}
 	return ""
 }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"github.com/wovyr/wovyr/netpolicy"
 	"slices"
 )
 
@@ -81,4 +82,12 @@ type SnapshotRef struct {
 // means the sandbox must be destroyed.
 type Resetter interface {
 	Reset(ctx context.Context) error
+}
+
+// NetworkChecker is implemented by backends whose egress enforcement
+// depends on the policy itself (a CIDR rule needs an uplink, say). The
+// manager asks it at Select time, so an unenforceable policy is refused
+// before anything is prepared rather than at Run.
+type NetworkChecker interface {
+	CheckNetwork(p netpolicy.Policy) error
 }

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"path"
 	"regexp"
 	"strings"
@@ -158,6 +159,13 @@ func (inv *Invocation) Validate() error {
 	}
 	if inv.Policy.Floor != 0 && !inv.Policy.Floor.Valid() {
 		return Errorf(BadInput, "policy.floor", "invalid strength %d", int(inv.Policy.Floor))
+	}
+	if err := inv.Policy.Network.Validate(); err != nil {
+		var ne *netpolicy.Error
+		if errors.As(err, &ne) {
+			return &Error{Class: BadInput, Field: ne.Path(), Msg: ne.Msg}
+		}
+		return Wrap(BadInput, err, "policy.network")
 	}
 	if inv.Resources.Negative() {
 		return Errorf(BadInput, "resources", "resources must not be negative: %s", inv.Resources)

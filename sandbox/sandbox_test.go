@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wovyr/wovyr/netpolicy"
 	"github.com/wovyr/wovyr/resource"
 )
 
@@ -48,6 +49,12 @@ func TestValidateRejectsBadInputWithField(t *testing.T) {
 		{"policy.trust", func(i *Invocation) { i.Policy.Trust = 0 }},
 		{"policy.floor", func(i *Invocation) { i.Policy.Floor = 9 }},
 		{"resources", func(i *Invocation) { i.Resources = resource.Vector{CPUMillis: -1} }},
+		{"policy.network.allow[0].cidr", func(i *Invocation) {
+			i.Policy.Network.Allow = []netpolicy.Rule{{CIDR: "10.0.0.1/8", Ports: []uint16{443}}}
+		}},
+		{"policy.network.allow[0].ports", func(i *Invocation) {
+			i.Policy.Network.Allow = []netpolicy.Rule{{Host: "api.example.com", Ports: []uint16{0}}}
+		}},
 	}
 	for _, c := range cases {
 		inv := valid()

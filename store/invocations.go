@@ -63,7 +63,7 @@ func (s *Store) Begin(inv *sandbox.Invocation, st State, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.commit(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bucketInvocations)
 		if bk.Get([]byte(inv.ID)) != nil {
 			return fmt.Errorf("store: invocation %s already recorded", inv.ID)
@@ -75,28 +75,31 @@ func (s *Store) Begin(inv *sandbox.Invocation, st State, now time.Time) error {
 // Update applies fn to the record id inside one transaction. A record in a
 // terminal state is never changed again.
 func (s *Store) Update(id string, fn func(*Invocation) error) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bucketInvocations)
-		raw := bk.Get([]byte(id))
-		if raw == nil {
-			return fmt.Errorf("%w: invocation %s", ErrNotFound, id)
-		}
-		var rec Invocation
-		if err := json.Unmarshal(raw, &rec); err != nil {
-			return err
-		}
-		if rec.State.Terminal() {
-			return fmt.Errorf("store: invocation %s is already %s", id, rec.State)
-		}
-		if err := fn(&rec); err != nil {
-			return err
-		}
-		b, err := json.Marshal(rec)
-		if err != nil {
-			return err
-		}
-		return bk.Put([]byte(id), b)
-	})
+	return s.commit(func(tx *bolt.Tx) error { return s.update(tx, id, fn) })
+}
+
+// update applies fn to id inside tx; it fails before writing anything.
+func (s *Store) update(tx *bolt.Tx, id string, fn func(*Invocation) error) error {
+	bk := tx.Bucket(bucketInvocations)
+	raw := bk.Get([]byte(id))
+	if raw == nil {
+		return fmt.Errorf("%w: invocation %s", ErrNotFound, id)
+	}
+	var rec Invocation
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		return err
+	}
+	if rec.State.Terminal() {
+		return fmt.Errorf("store: invocation %s is already %s", id, rec.State)
+	}
+	if err := fn(&rec); err != nil {
+		return err
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return bk.Put([]byte(id), b)
 }
 
 // Transition moves id to st, attaching res (if non-nil).
@@ -164,24 +167,29 @@ func (s *Store) MarkLost(reason string, now time.Time) ([]string, error) {
 
 // Purge deletes terminal records created before cutoff and returns how many.
 func (s *Store) Purge(cutoff time.Time) (int, error) {
+	return s.purgeWhere(func(rec *Invocation) bool { return rec.State.Terminal() && rec.Created.Before(cutoff) })
+}
+
+// purgeWhere deletes, in one transaction, the records dead selects.
+func (s *Store) purgeWhere(dead func(*Invocation) bool) (int, error) {
 	n := 0
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bucketInvocations)
-		var dead [][]byte
+		var keys [][]byte
 		err := bk.ForEach(func(k, v []byte) error {
 			var rec Invocation
 			if err := json.Unmarshal(v, &rec); err != nil {
 				return err
 			}
-			if rec.State.Terminal() && rec.Created.Before(cutoff) {
-				dead = append(dead, append([]byte(nil), k...))
+			if dead(&rec) {
+				keys = append(keys, append([]byte(nil), k...))
 			}
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		for _, k := range dead {
+		for _, k := range keys {
 			if err := bk.Delete(k); err != nil {
 				return err
 			}

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -36,7 +37,11 @@ var ErrNotFound = errors.New("store: not found")
 
 // Store is an open state store. It is safe for concurrent use.
 type Store struct {
-	db *bolt.DB
+	db      *bolt.DB
+	certMu  sync.RWMutex
+	certs   []cert.Record // decoded certifications; nil until read
+	writes  chan *write   // to the committer (invocation writes)
+	stopped chan struct{}
 }
 
 // Open opens (creating if needed) the store in dir, waiting up to wait for
@@ -66,22 +71,48 @@ func Open(dir string, wait time.Duration) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: init: %w", err)
 	}
-	return &Store{db: db}, nil
+	s := &Store{db: db, writes: make(chan *write), stopped: make(chan struct{})}
+	go s.committer()
+	return s, nil
 }
 
-// Close closes the store.
-func (s *Store) Close() error { return s.db.Close() }
+// Close closes the store. No write may be in progress or follow.
+func (s *Store) Close() error {
+	close(s.writes)
+	<-s.stopped
+	return s.db.Close()
+}
 
-// PutCert stores r as the current certification of its backend.
+// PutCert stores r under its key, replacing an earlier record of exactly
+// that configuration; records of other configurations are kept.
 func (s *Store) PutCert(r cert.Record) error {
-	return s.put(bucketCerts, r.Backend, r)
+	s.certMu.Lock()
+	defer s.certMu.Unlock()
+	s.certs = nil
+	return s.put(bucketCerts, r.Key.String(), r)
 }
 
-// Cert returns the certification of backend, or ErrNotFound.
-func (s *Store) Cert(backend string) (cert.Record, error) {
-	var r cert.Record
-	err := s.get(bucketCerts, backend, &r)
-	return r, err
+// Cert returns the record certifying exactly k (see cert.Find). The manager
+// asks on every selection, so the decoded records are cached; the process
+// that holds the store is its only writer, so the cache cannot go stale.
+func (s *Store) Cert(k cert.Key) (cert.Record, error) {
+	s.certMu.RLock()
+	recs := s.certs
+	s.certMu.RUnlock()
+	if recs == nil {
+		s.certMu.Lock()
+		if s.certs == nil {
+			all, err := s.Certs()
+			if err != nil {
+				s.certMu.Unlock()
+				return cert.Record{}, err
+			}
+			s.certs = append([]cert.Record{}, all...) // non-nil even when empty
+		}
+		recs = s.certs
+		s.certMu.Unlock()
+	}
+	return cert.Find(recs, k)
 }
 
 // Certs returns every certification record.

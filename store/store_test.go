@@ -2,6 +2,9 @@ package store
 
 import (
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,12 +32,28 @@ func TestCertRoundTripAndDurability(t *testing.T) {
 	s.Close()
 	s = open(t, dir)
 	defer s.Close()
-	got, err := s.Cert("native")
+	got, err := s.Cert(rec.Key)
 	if err != nil || got.ConfigHash != "h" || len(got.Outcomes) != 1 {
 		t.Fatalf("got %+v %v", got, err)
 	}
-	if _, err := s.Cert("gvisor"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Cert(cert.Key{Backend: "gvisor"}); !errors.Is(err, cert.ErrNotCertified) {
 		t.Fatalf("unknown backend: %v", err)
+	}
+	// A second configuration of the same backend is kept beside the first.
+	other := rec
+	other.ConfigHash = "egress"
+	if err := s.PutCert(other); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []cert.Key{rec.Key, other.Key} {
+		if _, err := s.Cert(k); err != nil {
+			t.Fatalf("config %s lost: %v", k.ConfigHash, err)
+		}
+	}
+	k := rec.Key
+	k.ConfigHash = "new"
+	if _, err := s.Cert(k); !errors.Is(err, cert.ErrNotCertified) || !strings.Contains(err.Error(), "now new") {
+		t.Fatalf("changed config: %v", err)
 	}
 }
 
@@ -94,5 +113,77 @@ func TestMarkLostAndPurge(t *testing.T) {
 	}
 	if _, err := s.Get("done1"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("purged record still readable: %v", err)
+	}
+}
+
+func TestStartAndPurgeFinished(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	t0 := time.Unix(1000, 0)
+	for _, id := range []string{"old", "new", "running"} {
+		if err := s.Begin(&sandbox.Invocation{ID: id, Tenant: "t"}, Queued, t0); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(id, "native", t0.Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Transition("old", Done, &sandbox.Result{}, t0.Add(2*time.Second))
+	s.Transition("new", Done, &sandbox.Result{}, t0.Add(time.Hour))
+	rec, _ := s.Get("running")
+	if rec.State != Running || rec.Backend != "native" || len(rec.Transitions) != 2 || !rec.Finished().IsZero() {
+		t.Fatalf("running = %+v", rec)
+	}
+	n, err := s.PurgeFinished(t0.Add(time.Minute))
+	if err != nil || n != 1 {
+		t.Fatalf("purged %d %v, want only old", n, err)
+	}
+	for id, want := range map[string]bool{"old": false, "new": true, "running": true} {
+		if _, err := s.Get(id); (err == nil) != want {
+			t.Errorf("%s present=%v, want %v", id, err == nil, want)
+		}
+	}
+}
+
+// TestGroupCommitIsolatesErrors: concurrent writes share transactions, yet
+// a failing write (a duplicate id) fails alone and every other lands.
+func TestGroupCommitIsolatesErrors(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	now := time.Unix(1000, 0)
+	const n = 200
+	errs := make([]error, 2*n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 2 * n {
+		wg.Go(func() {
+			<-start
+			id := fmt.Sprint("id", i%n) // each id twice: one Begin must fail
+			if errs[i] = s.Begin(&sandbox.Invocation{ID: id, Tenant: "t"}, Queued, now); errs[i] == nil {
+				errs[i] = s.Transition(id, Done, &sandbox.Result{ExitCode: i % n}, now)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+		}
+	}
+	if failed != n {
+		t.Fatalf("%d writes failed, want exactly the %d duplicates", failed, n)
+	}
+	count := 0
+	s.Each(func(rec Invocation) error {
+		count++
+		if rec.State != Done || fmt.Sprint("id", rec.Result.ExitCode) != rec.ID || len(rec.Transitions) != 2 {
+			t.Errorf("record %+v", rec)
+		}
+		return nil
+	})
+	if count != n {
+		t.Fatalf("%d records, want %d", count, n)
 	}
 }

@@ -5,8 +5,9 @@
 // What it promises, and tests: the environment is exactly the invocation's;
 // the process runs as an unprivileged uid in a fresh workspace (a tmpfs sized
 // to the disk limit) inside its own cgroup (memory, pids, CPU) and session,
-// with rlimits applied before its first instruction; it has its own empty
-// network namespace, so it has no egress at all; the cgroup finds and kills
+// with rlimits applied before its first instruction; it has its own network
+// namespace — empty (no egress at all), or, with Config.Network, an egress
+// slot enforcing the invocation's allowlist from outside; the cgroup finds and kills
 // every descendant at the end, double-forked daemons included.
 //
 // What it does not promise: a private view of the host filesystem, /proc or
@@ -34,6 +35,7 @@ import (
 
 	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/cgroup"
+	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
@@ -49,6 +51,10 @@ type Config struct {
 	UIDCount int
 	// Logger receives lifecycle logs. Nil means slog.Default().
 	Logger *slog.Logger
+	// Network enforces egress allowlists: each sandbox runs in a network
+	// slot of this service, bound to the tenant's policy at Run. Nil means
+	// an empty network namespace per sandbox and deny-all policies only.
+	Network *egress.Service
 }
 
 // Backend runs workloads as host processes.
@@ -56,6 +62,7 @@ type Backend struct {
 	scratch string
 	uids    *uidRange
 	log     *slog.Logger
+	net     *egress.Service
 	// weak is set only on copies made by Weakened, for the battery's
 	// positive controls.
 	weak battery.Weakness
@@ -63,7 +70,7 @@ type Backend struct {
 
 // New returns a native backend.
 func New(cfg Config) (*Backend, error) {
-	b := &Backend{scratch: cfg.ScratchDir, log: cfg.Logger}
+	b := &Backend{scratch: cfg.ScratchDir, log: cfg.Logger, net: cfg.Network}
 	if b.scratch == "" {
 		b.scratch = filepath.Join(os.TempDir(), "wovyr-native")
 	}
@@ -100,7 +107,7 @@ const version = "wovyr-native/1"
 // Probe runs /bin/true through the full path: cgroup, traced start,
 // workspace mount.
 func (b *Backend) Probe(ctx context.Context) sandbox.Capability {
-	capa := sandbox.Capability{Version: version, ConfigHash: b.configHash(), Features: []string{"cgroup-v1"}}
+	capa := sandbox.Capability{Version: version, ConfigHash: b.configHash(), Features: []string{"cgroup-v1"}, Egress: b.net != nil}
 	if cgroup.V2() {
 		capa.Features = []string{"cgroup-v2"}
 	}
@@ -133,8 +140,8 @@ func (b *Backend) Probe(ctx context.Context) sandbox.Capability {
 }
 
 func (b *Backend) configHash() string {
-	h := sha256.Sum256(fmt.Appendf(nil, "%s uids=%d+%d netns=new nnp ws=tmpfs rlimits=core0,nofile,fsize,cpu weak=%q",
-		version, b.uids.base, len(b.uids.used), b.weak))
+	h := sha256.Sum256(fmt.Appendf(nil, "%s uids=%d+%d netns=%s nnp ws=tmpfs rlimits=core0,nofile,fsize,cpu weak=%q",
+		version, b.uids.base, len(b.uids.used), b.netKind(), b.weak))
 	return hex.EncodeToString(h[:8])
 }
 
@@ -165,7 +172,7 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 	if err := os.Chmod(b.scratch, 0o711); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: scratch dir")
 	}
-	return newSandbox(b, sandbox.NewID(), tmpl)
+	return newSandbox(ctx, b, sandbox.NewID(), tmpl)
 }
 
 // Reconcile removes workspaces left by a crashed wovyr (unmounting them

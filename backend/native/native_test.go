@@ -15,7 +15,7 @@ import (
 	"github.com/wovyr/wovyr/sandbox/sandboxtest"
 )
 
-func newBackend(t *testing.T) *Backend {
+func newBackend(t testing.TB) *Backend {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("native backend tests need root (CI runs as root)")

@@ -15,6 +15,7 @@ import (
 	"github.com/wovyr/wovyr/agent"
 	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/cgroup"
+	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
@@ -42,12 +43,13 @@ type nativeSandbox struct {
 	mounted bool
 	group   *cgroup.Group
 	netns   *os.File
+	slot    *egress.Slot // nil without Config.Network
 }
 
 // newSandbox makes the tenant-neutral parts ahead of any invocation: the
 // workspace tmpfs, an empty cgroup and an empty network namespace. Run then
 // only applies limits and starts the process.
-func newSandbox(b *Backend, id string, tmpl sandbox.Template) (_ *nativeSandbox, err error) {
+func newSandbox(ctx context.Context, b *Backend, id string, tmpl sandbox.Template) (_ *nativeSandbox, err error) {
 	s := &nativeSandbox{b: b, id: id, dir: filepath.Join(b.scratch, id), tmpl: tmpl}
 	defer func() {
 		if err != nil {
@@ -77,7 +79,7 @@ func newSandbox(b *Backend, id string, tmpl sandbox.Template) (_ *nativeSandbox,
 	if s.group, err = cgroup.New(fmt.Sprintf("%s/native/%s", cgroup.Prefix, id), cgroup.Limits{}); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: cgroup")
 	}
-	if s.netns, err = newNetns(); err != nil {
+	if s.netns, s.slot, err = b.newNetwork(ctx); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: netns")
 	}
 	return s, nil
@@ -103,13 +105,16 @@ func (s *nativeSandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sand
 	if inv.Workload.Kind != sandbox.KindCommand {
 		return nil, sandbox.Errorf(sandbox.BadInput, "workload.kind", "native runs command workloads, not %s", inv.Workload.Kind)
 	}
-	if !inv.Policy.Network.DenyAll() {
-		return nil, sandbox.Errorf(sandbox.Unenforceable, "policy.network", "native backend enforces deny-all egress only")
+	if err := s.checkNetwork(inv); err != nil {
+		return nil, err
 	}
 	if err := s.claim(); err != nil {
 		return nil, err
 	}
 	defer func() { s.mu.Lock(); s.state = used; s.mu.Unlock() }()
+	if err := s.applyNetwork(ctx, inv); err != nil {
+		return nil, err
+	}
 
 	lim := inv.Limits.WithDefaults()
 	if lim.Disk != sandbox.DefaultDisk && s.b.weak != battery.NoDiskQuota {
@@ -172,7 +177,8 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	}
 	res := &sandbox.Result{ID: inv.ID, Backend: s.b.Name()}
 	res.Timings.Started = time.Now()
-	if err := sp.start(cmd); err != nil {
+	done, err := sp.start(cmd)
+	if err != nil {
 		if st, serr := os.Stat(prog); serr != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
 			return nil, sandbox.Wrap(sandbox.BadInput, err, "workload.argv: cannot execute %s", prog)
 		}
@@ -194,8 +200,6 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 		p.stdinW.Close()
 	}()
 
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	if s.b.weak == battery.NoDeadline {
 		lim.Wall = 1 << 62
 	}
@@ -278,6 +282,9 @@ func (s *nativeSandbox) Destroy(ctx context.Context) error {
 	}
 	if s.netns != nil {
 		errs = append(errs, s.netns.Close())
+	}
+	if s.slot != nil {
+		errs = append(errs, s.slot.Close(ctx))
 	}
 	if s.mounted {
 		errs = append(errs, unmountWorkspace(s.dir))

@@ -19,12 +19,37 @@ import (
 // and inherited by children forked from that thread. wovyr changes them on a
 // locked thread, forks, and then lets the goroutine exit still locked, which
 // makes the Go runtime terminate the thread: no tainted thread ever runs
-// other goroutines, and there is nothing to restore that could fail.
-func onThrowawayThread(fn func() error) error {
+// other goroutines.
+//
+// One exception: the runtime cannot terminate the main thread, so a locked
+// goroutine that happens to run there leaves it parked instead — and the
+// main thread's namespace and ids are what /proc/<pid>/ns/net and
+// /proc/<pid>/status show for all of wovyr. So the namespace and real ids
+// are put back too; no_new_privs cannot be, and is harmless on a parked
+// thread.
+//
+// If fn succeeds and then is non-nil, then runs on the same thread after
+// the namespace and ids are restored, before the thread exits.
+func onThrowawayThread(fn func() error, then func()) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread exits with us
-		done <- fn()
+		home, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			done <- fmt.Errorf("open own netns: %w", err)
+			return
+		}
+		defer home.Close()
+		uid, gid := os.Getuid(), os.Getgid() // this thread's, before fn changes them
+		err = fn()
+		_ = unix.Setns(int(home.Fd()), unix.CLONE_NEWNET)
+		keep := ^uintptr(0)
+		unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), keep, keep)
+		unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), keep, keep)
+		done <- err
+		if err == nil && then != nil {
+			then()
+		}
 	}()
 	return <-done
 }
@@ -48,13 +73,19 @@ type spawn struct {
 
 // start starts cmd confined: forked inside the sandbox's network namespace
 // with no_new_privs, stopped at its execve (traced), given its rlimits and
-// moved into its cgroup, then released. On error the child is killed.
+// moved into its cgroup, then released. On error the child is killed. The
+// returned channel delivers cmd.Wait's result.
 //
-// No Pdeathsig: it fires when the forking *thread* exits, which here is at
-// once. A crashed wovyr's workloads are found through their cgroups instead.
-func (sp spawn) start(cmd *exec.Cmd) error {
+// The forking thread stays alive, blocked in Wait, until the child exits:
+// the child's parent-death signal (SIGKILL) fires when that *thread* exits,
+// so if wovyr dies at any moment — even between exec and confinement —
+// the workload dies with it. Its descendants are in the cgroup, which
+// start-up reconciles.
+func (sp spawn) start(cmd *exec.Cmd) (<-chan error, error) {
 	cmd.SysProcAttr.Ptrace = true
-	return onThrowawayThread(func() error {
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	exited := make(chan error, 1)
+	err := onThrowawayThread(func() error {
 		if sp.netns != nil {
 			if err := unix.Setns(int(sp.netns.Fd()), unix.CLONE_NEWNET); err != nil {
 				return fmt.Errorf("enter netns: %w", err)
@@ -75,7 +106,8 @@ func (sp spawn) start(cmd *exec.Cmd) error {
 			return err
 		}
 		return nil
-	})
+	}, func() { exited <- cmd.Wait() })
+	return exited, err
 }
 
 // confine runs on the tracing thread while the child sits at its exec stop.

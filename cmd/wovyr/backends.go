@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -14,22 +12,17 @@ import (
 func backendsMain(ctx context.Context, g *globals, args []string) int {
 	fs := flag.NewFlagSet("backends", flag.ContinueOnError)
 	jsonOut := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
-	n, err := openNode(g)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "wovyr:", err)
-		return exitBackendFailure
+	n, code := mustNode(g)
+	if n == nil {
+		return code
 	}
+	defer n.Close()
 	sts := n.mgr.Detect(ctx, true)
 	if *jsonOut {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(sts)
+		printJSON(sts)
 		return 0
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)

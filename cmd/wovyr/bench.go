@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -17,17 +16,14 @@ import (
 func benchMain(ctx context.Context, g *globals, args []string) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	n := fs.Int("n", 300, "paired rounds per case")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
-	nd, err := openNode(g)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "wovyr:", err)
-		return exitBackendFailure
+	nd, code := mustNode(g)
+	if nd == nil {
+		return code
 	}
+	defer nd.Close()
 	rows, err := nativeBench(ctx, nd, *n)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "wovyr: bench:", err)

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -74,4 +76,34 @@ func parseGlobals(args []string) (*globals, []string, error) {
 
 func (g *globals) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: g.logLevel}))
+}
+
+// parseFlags parses a command's flags. It returns the exit code and false
+// when the command must stop (help asked: 0; bad flags: exitUsage).
+func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return exitUsage, false
+	}
+	return 0, true
+}
+
+// mustNode opens the node, or reports why not and returns the exit code.
+// The caller closes it.
+func mustNode(g *globals) (*node, int) {
+	n, err := openNode(g)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wovyr:", err)
+		return nil, exitBackendFailure
+	}
+	return n, 0
+}
+
+// printJSON writes v indented to stdout.
+func printJSON(v any) {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
 }

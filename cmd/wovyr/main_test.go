@@ -9,8 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/wovyr/wovyr/store"
 	"time"
+
+	"github.com/wovyr/wovyr/store"
 )
 
 // The CLI is tested as users run it: a built binary, a real state dir, a

@@ -3,11 +3,13 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/wovyr/wovyr/backend/native"
 	"github.com/wovyr/wovyr/backend/oci"
+	"github.com/wovyr/wovyr/backend/wasm"
 	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/manager"
 	"github.com/wovyr/wovyr/sandbox"
@@ -22,6 +24,7 @@ type node struct {
 	g        *globals
 	log      *slog.Logger
 	native   *native.Backend
+	wasm     *wasm.Backend
 	oci      []*oci.Backend // container (crun/runc) and gvisor (runsc)
 	backends []sandbox.Backend
 	mgr      *manager.Manager
@@ -30,13 +33,42 @@ type node struct {
 // openNode constructs every backend and a manager that sees the current
 // certifications (a snapshot; the store is not held open).
 func openNode(g *globals) (*node, error) {
-	n := &node{g: g, log: g.logger()}
-	var err error
-	n.native, err = native.New(native.Config{ScratchDir: filepath.Join(g.stateDir, "scratch", "native"), Logger: n.log})
+	n, err := newNode(g, g.logger())
 	if err != nil {
 		return nil, err
 	}
-	n.backends = []sandbox.Backend{n.native}
+	certs, err := n.certs()
+	if err != nil {
+		return nil, err
+	}
+	n.mgr, err = manager.New(manager.Config{Backends: n.backends, Certs: certs, Logger: n.log})
+	return n, err
+}
+
+// newNode constructs every backend, without a manager.
+func newNode(g *globals, log *slog.Logger) (*node, error) {
+	n := &node{g: g, log: log}
+	// 0711: sandbox uids traverse it to their workspaces; what lies below
+	// is private to each owner.
+	if err := os.MkdirAll(g.stateDir, 0o711); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(g.stateDir, 0o711); err != nil {
+		return nil, err
+	}
+	var err error
+	n.native, err = native.New(native.Config{ScratchDir: n.nativeScratch(), Logger: n.log})
+	if err != nil {
+		return nil, err
+	}
+	worker, err := wasmWorker()
+	if err != nil {
+		return nil, err
+	}
+	if n.wasm, err = wasm.New(wasm.Config{StateDir: g.stateDir, Logger: n.log, Worker: worker}); err != nil {
+		return nil, err
+	}
+	n.backends = []sandbox.Backend{n.native, n.wasm}
 	ocfg := oci.Config{StateDir: g.stateDir, Agent: g.guest, Logger: n.log}
 	for _, mk := range []func(oci.Config) (*oci.Backend, error){oci.NewContainer, oci.NewGVisor} {
 		b, err := mk(ocfg)
@@ -47,12 +79,15 @@ func openNode(g *globals) (*node, error) {
 		n.oci = append(n.oci, b)
 		n.backends = append(n.backends, b)
 	}
-	certs, err := n.certs()
-	if err != nil {
-		return nil, err
-	}
-	n.mgr, err = manager.New(manager.Config{Backends: n.backends, Certs: certs, Logger: n.log})
-	return n, err
+	return n, nil
+}
+
+// nativeScratch is where native sandboxes' workspaces live.
+func (n *node) nativeScratch() string { return filepath.Join(n.g.stateDir, "scratch", "native") }
+
+// Close releases the backends' resources (the wasm engine and its ticker).
+func (n *node) Close() error {
+	return n.wasm.Close()
 }
 
 // withStore opens the state store for the duration of fn.
@@ -66,12 +101,10 @@ func (n *node) withStore(fn func(*store.Store) error) error {
 }
 
 func (n *node) certs() (cert.Set, error) {
-	set := cert.Set{}
+	var set cert.Set
 	err := n.withStore(func(s *store.Store) error {
-		recs, err := s.Certs()
-		for _, r := range recs {
-			set[r.Backend] = r
-		}
+		var err error
+		set, err = s.Certs()
 		return err
 	})
 	if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,10 +20,13 @@ type runCmd struct {
 	trust, backend, floor, tenant string
 	timeout                       time.Duration
 	memory                        string
+	wasmFile                      string
 	pids                          int
 	env                           multiFlag
 	files                         multiFlag
 	jsonOut                       bool
+	remote, token                 string // --remote: through a daemon
+	tenantSet                     bool
 }
 
 func runMain(ctx context.Context, g *globals, args []string) int {
@@ -40,25 +42,33 @@ func runMain(ctx context.Context, g *globals, args []string) int {
 	fs.Var(&c.env, "env", "KEY=VALUE for the workload's environment (repeatable; nothing is inherited)")
 	fs.Var(&c.files, "file", "DEST=SRC: copy host file SRC into the workspace as DEST (repeatable)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the result as JSON")
+	fs.StringVar(&c.remote, "remote", "", "run through the wovyr daemon at this URL (e.g. http://127.0.0.1:8080)")
+	fs.StringVar(&c.token, "token", "", "bearer token for --remote (default $WOVYR_TOKEN, else the daemon's bootstrap token in the state dir)")
+	fs.StringVar(&c.wasmFile, "wasm", "", "run this WASI module (ARGV is then its arguments, argv[0] included)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: wovyr run [flags] -- ARGV...\n\nStdin is passed through when it is a pipe or a file.\n\n")
 		fs.PrintDefaults()
 		fmt.Fprintf(fs.Output(), "\n%s", exitCodesHelp)
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
+	fs.Visit(func(f *flag.Flag) { c.tenantSet = c.tenantSet || f.Name == "tenant" })
 	inv, err := c.invocation(fs.Args())
 	if err != nil {
+		return c.fail(err)
+	}
+	if c.remote != "" {
+		return c.runRemote(ctx, g, inv)
+	}
+	if err := storeFree(g); err != nil {
 		return c.fail(err)
 	}
 	n, err := openNode(g)
 	if err != nil {
 		return c.fail(sandbox.Wrap(sandbox.BackendFailure, err, "start"))
 	}
+	defer n.Close()
 	res, err := c.execute(ctx, n, inv)
 	if err != nil {
 		return c.fail(err)
@@ -76,6 +86,16 @@ func (c *runCmd) invocation(argv []string) (*sandbox.Invocation, error) {
 	}
 	if inv.Workload.Env == nil {
 		inv.Workload.Env = []string{}
+	}
+	if c.wasmFile != "" {
+		mod, err := os.ReadFile(c.wasmFile)
+		if err != nil {
+			return nil, sandbox.Wrap(sandbox.BadInput, err, "wasm")
+		}
+		inv.Workload.Kind, inv.Workload.Module = sandbox.KindWasm, mod
+		if len(argv) == 0 {
+			inv.Workload.Argv = []string{c.wasmFile}
+		}
 	}
 	var err error
 	if inv.Policy.Trust, err = sandbox.ParseTrustClass(c.trust); err != nil {
@@ -158,9 +178,7 @@ func (c *runCmd) execute(ctx context.Context, n *node, inv *sandbox.Invocation) 
 // report prints the result and returns wovyr's exit code.
 func (c *runCmd) report(res *sandbox.Result) int {
 	if c.jsonOut {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(res)
+		printJSON(res)
 	} else {
 		os.Stdout.Write(res.Stdout)
 		os.Stderr.Write(res.Stderr)

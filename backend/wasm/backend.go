@@ -1,0 +1,240 @@
+package wasm
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/wovyr/wovyr/internal/wasmcapi"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// Name is the backend's stable name.
+const Name = "wasm"
+
+// Backend runs WASI preview1 modules on one Wasmtime engine. It is safe for
+// concurrent use; Close it when done.
+type Backend struct {
+	cfg    Config
+	engine *wasmcapi.Engine
+	cache  *cache
+	work   string   // parent of the per-invocation workspaces
+	pool   *workers // nil: no descriptor bound (no Config.Worker, or weakened)
+
+	stopTick chan struct{}
+	wake     chan struct{} // the first running invocation wakes an idle ticker
+	running  atomic.Int64  // invocations executing wasm now
+	ticked   sync.WaitGroup
+	closed   sync.Once
+	kids     children // weakened copies (battery controls)
+
+	life   sync.RWMutex // held shared by every run, exclusively by Close
+	isDown bool         // under life: Close has begun
+}
+
+// New makes the engine (with its instance pool), opens the compiled-module
+// cache and starts the engine's epoch ticker: one goroutine per Backend,
+// stopped by Close.
+func New(cfg Config) (*Backend, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	root := filepath.Join(cfg.StateDir, "wasm")
+	work := filepath.Join(root, "work")
+	for _, d := range []string{filepath.Join(root, "cache"), work} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "wasm: state dir")
+		}
+	}
+	e, err := wasmcapi.NewEngine(cfg.Engine)
+	if err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "wasm: engine")
+	}
+	b := &Backend{
+		cfg:      cfg,
+		engine:   e,
+		work:     work,
+		stopTick: make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+	}
+	b.cache = newCache(e, filepath.Join(root, "cache"), cfg.Modules, cfg.Logger)
+	if len(cfg.Worker) > 0 && !cfg.weak.noFDBound {
+		b.pool = newWorkers(cfg)
+	}
+	b.ticked.Add(1)
+	go b.tick()
+	return b, nil
+}
+
+// tick advances the engine's epoch every EpochTick. Each running store checks
+// its own deadline on the tick (run.c), so one ticker serves every
+// invocation. While nothing runs it sleeps until begin wakes it.
+func (b *Backend) tick() {
+	defer b.ticked.Done()
+	t := time.NewTicker(b.cfg.EpochTick)
+	defer t.Stop()
+	for {
+		if b.running.Load() == 0 {
+			t.Stop()
+			select {
+			case <-b.wake:
+				t.Reset(b.cfg.EpochTick)
+			case <-b.stopTick:
+				return
+			}
+		}
+		select {
+		case <-t.C:
+			b.engine.IncrementEpoch()
+		case <-b.stopTick:
+			return
+		}
+	}
+}
+
+// begin and end bracket wasm execution, so the ticker runs only when needed.
+func (b *Backend) begin() {
+	if b.running.Add(1) == 1 {
+		select {
+		case b.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (b *Backend) end() { b.running.Add(-1) }
+
+// Close waits for running invocations (cancel their contexts to hurry them),
+// then stops the ticker and frees the cache and the engine. Runs after Close
+// fail with backend-failure. It is idempotent.
+func (b *Backend) Close() error {
+	b.closed.Do(func() {
+		b.life.Lock()
+		b.isDown = true
+		b.life.Unlock()
+		b.kids.mu.Lock()
+		for _, k := range b.kids.list {
+			k.Close()
+		}
+		b.kids.mu.Unlock()
+		if b.pool != nil {
+			b.pool.close()
+		}
+		close(b.stopTick)
+		b.ticked.Wait()
+		b.cache.close()
+		b.engine.Close()
+	})
+	return nil
+}
+
+// Name implements sandbox.Backend.
+func (b *Backend) Name() string { return Name }
+
+// Strength implements sandbox.Backend.
+func (b *Backend) Strength() sandbox.Strength { return sandbox.Wasm }
+
+// Kinds implements sandbox.Backend: core wasm modules only (components later).
+func (b *Backend) Kinds() []sandbox.WorkloadKind { return []sandbox.WorkloadKind{sandbox.KindWasm} }
+
+// probeWAT is the module Probe really runs: it writes "ok" to stdout.
+const probeWAT = `(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "ok")
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 16))
+    (i32.store (i32.const 4) (i32.const 2))
+    (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))`
+
+// Probe compiles and runs a tiny module through the same path as Run.
+func (b *Backend) Probe(ctx context.Context) sandbox.Capability {
+	c := sandbox.Capability{
+		Version:    "wasmtime " + wasmcapi.Version,
+		ConfigHash: b.cfg.hash(),
+		Egress:     false,
+		Features:   []string{"wasi-preview1", "fuel", "epoch-deadline", "memory-limit", "pooling-allocator", "cow-images", "module-cache", "disk-quota", "no-sockets"},
+	}
+	if b.pool != nil {
+		c.Features = append(c.Features, "fd-bound-workers")
+	}
+	mod, err := wat2wasm(probeWAT)
+	if err == nil {
+		var res *sandbox.Result
+		res, err = b.run(ctx, &sandbox.Invocation{
+			Tenant:   "wovyr-probe",
+			Workload: sandbox.Workload{Kind: sandbox.KindWasm, Module: mod, Argv: []string{"probe"}},
+			Limits:   sandbox.Limits{Wall: 5 * time.Second, Memory: 1 << 20, Fuel: 1 << 20},
+			Policy:   sandbox.Policy{Trust: sandbox.Internal},
+		}, runOpts{})
+		if err == nil && (res.Class != sandbox.OK || res.ExitCode != 0 || string(res.Stdout) != "ok") {
+			err = fmt.Errorf("probe module ended %q exit %d stdout %q: %s", res.Class, res.ExitCode, res.Stdout, res.Error)
+		}
+	}
+	if err != nil {
+		c.Reason = "probe run failed: " + err.Error()
+		return c
+	}
+	c.Available = true
+	return c
+}
+
+// Prepare implements sandbox.Backend. It is cheap: the warm state is the
+// backend's linked modules (InstancePre) and its pool, shared by all
+// sandboxes; the instance itself is made at Run.
+func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.Sandbox, error) {
+	if tmpl.Kind != sandbox.KindWasm {
+		return nil, sandbox.Errorf(sandbox.BadInput, "template.kind", "the wasm backend runs kind %q, not %q", sandbox.KindWasm, tmpl.Kind)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, sandbox.Wrap(sandbox.Killed, err, "wasm: prepare")
+	}
+	return &wasmSandbox{b: b}, nil
+}
+
+// Reconcile removes what a crashed process left: worker processes of this
+// state dir that are not this process's (WorkerEnv), workspaces (tmpfs
+// mounts with source "wovyr-wasm" on StateDir/wasm/work/wovyr-wasm-*, then
+// the directories) and temporary cache files. It removes nothing else and must
+// not run while this Backend runs invocations.
+func (b *Backend) Reconcile(ctx context.Context) (int, error) {
+	return Reconcile(ctx, b.cfg.StateDir)
+}
+
+// Reconcile is Backend.Reconcile for a state dir without a Backend.
+func Reconcile(ctx context.Context, stateDir string) (int, error) {
+	k, kerr := reconcileWorkers(stateDir)
+	n, err := unmountUnder(filepath.Join(stateDir, "wasm", "work"))
+	n += k
+	errs := []error{kerr, err}
+	for _, pat := range []string{
+		filepath.Join(stateDir, "wasm", "work", "wovyr-wasm-*"),
+		filepath.Join(stateDir, "wasm", "cache", ".wovyr-tmp-*"),
+	} {
+		m, _ := filepath.Glob(pat)
+		for _, p := range m {
+			if err := ctx.Err(); err != nil {
+				return n, err
+			}
+			if err := os.RemoveAll(p); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			n++
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+func digest(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}

@@ -1,0 +1,65 @@
+package client
+
+import (
+	"time"
+
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// States of an invocation on the wire (the same words as package store).
+const (
+	StateQueued  = "queued"
+	StateRunning = "running"
+	StateDone    = "done"   // ran; Result says how it ended
+	StateFailed  = "failed" // could not run; Result.Class says why
+	StateLost    = "lost"   // the daemon died while it ran; Result.Error says why
+)
+
+// Terminal reports whether state is final.
+func Terminal(state string) bool {
+	return state == StateDone || state == StateFailed || state == StateLost
+}
+
+// Invocation is the API's view of one invocation: GET /v1/invocations/{id}.
+type Invocation struct {
+	ID          string          `json:"id"`
+	Tenant      string          `json:"tenant"`
+	SpecDigest  string          `json:"spec_digest"`
+	Backend     string          `json:"backend,omitempty"`
+	State       string          `json:"state"`
+	Transitions []Transition    `json:"transitions"`
+	Result      *sandbox.Result `json:"result,omitempty"`
+	Created     time.Time       `json:"created"`
+}
+
+// Transition is one state change with its time.
+type Transition struct {
+	State string    `json:"state"`
+	At    time.Time `json:"at"`
+}
+
+// ErrorBody is every error response's body.
+type ErrorBody struct {
+	Code    sandbox.Class `json:"code"`
+	Message string        `json:"message"`
+	Field   string        `json:"field,omitempty"`
+}
+
+// Event types of GET /v1/invocations/{id}/events.
+const (
+	EventState  = "state"  // State and At are set
+	EventStdout = "stdout" // Data is a chunk of standard output
+	EventStderr = "stderr" // Data is a chunk of standard error
+	EventResult = "result" // Invocation is the final record; the stream ends
+)
+
+// Event is one server-sent event. Its SSE "event:" line is Type and its
+// "data:" line is this struct as JSON.
+type Event struct {
+	Seq        int         `json:"seq"`
+	Type       string      `json:"type"`
+	State      string      `json:"state,omitempty"`
+	At         time.Time   `json:"at,omitzero"`
+	Data       []byte      `json:"data,omitempty"`
+	Invocation *Invocation `json:"invocation,omitempty"`
+}

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/wovyr/wovyr/battery"
+	"github.com/wovyr/wovyr/cert"
+	"github.com/wovyr/wovyr/cgroup"
+	"github.com/wovyr/wovyr/config"
+	"github.com/wovyr/wovyr/manager"
+	"github.com/wovyr/wovyr/server"
+	"github.com/wovyr/wovyr/store"
+)
+
+// serveCmd is `wovyr serve`: the daemon. It parses flags and config, wires
+// the node to the server package, and runs until SIGINT/SIGTERM.
+type serveCmd struct {
+	listen, configFile, addrFile string
+	hashToken                    bool
+}
+
+// tokenFile holds the bootstrap token when no config file names tenants.
+const tokenFile = "serve-token"
+
+func serveMain(ctx context.Context, g *globals, args []string) int {
+	c := &serveCmd{}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.StringVar(&c.listen, "listen", "", "address to listen on (default 127.0.0.1:8080; port 0 picks a free one)")
+	fs.StringVar(&c.configFile, "config", "", "JSON config file (tenants, quotas, limits); without one, a bootstrap tenant \"default\" is created")
+	fs.StringVar(&c.addrFile, "addr-file", "", "write the bound address to this file once listening")
+	fs.BoolVar(&c.hashToken, "hash-token", false, "read a token on stdin, print the token_sha256 a config file wants, and exit")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if c.hashToken {
+		var tok string
+		fmt.Fscanln(os.Stdin, &tok)
+		fmt.Println(config.HashToken(strings.TrimSpace(tok)))
+		return 0
+	}
+	if err := c.run(ctx, g); err != nil {
+		fmt.Fprintln(os.Stderr, "wovyr serve:", err)
+		return exitBackendFailure
+	}
+	return 0
+}
+
+func (c *serveCmd) run(ctx context.Context, g *globals) error {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: min(g.logLevel, slog.LevelInfo)}))
+	cfg := config.Default()
+	var err error
+	if c.configFile != "" {
+		if cfg, err = config.Load(c.configFile); err != nil {
+			return err
+		}
+	}
+	if c.listen != "" {
+		cfg.Listen = c.listen
+	}
+	st, err := store.Open(g.stateDir, time.Second)
+	if err != nil {
+		return err // ErrLocked: another daemon or a one-shot command holds it
+	}
+	defer st.Close()
+	if len(cfg.Tenants) == 0 {
+		if cfg, err = bootstrapTenant(cfg, g.stateDir, log); err != nil {
+			return err
+		}
+	}
+	n, err := newNode(g, log)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	if n.mgr, err = manager.New(manager.Config{Backends: n.backends, Certs: st, Logger: log}); err != nil {
+		return err
+	}
+	fair, err := server.NewFair(cfg)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Options{
+		Config: cfg, Manager: n.mgr, Store: st, Logger: log, Admission: fair,
+		Reconcilers: []server.Reconciler{cgroupReconciler(cfg.CgroupReconcile, n.nativeScratch())},
+		Certify:     func(ctx context.Context, backend string) (cert.Record, error) { return n.certifyOne(ctx, backend) },
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	addr := ln.Addr().String()
+	fmt.Fprintf(os.Stderr, "wovyr: listening on http://%s (state %s)\n", addr, g.stateDir)
+	if c.addrFile != "" {
+		tmp := c.addrFile + ".tmp"
+		if err := os.WriteFile(tmp, []byte(addr+"\n"), 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, c.addrFile); err != nil {
+			return err
+		}
+	}
+	return srv.Run(ctx, ln)
+}
+
+// bootstrapTenant adds tenant "default" (admin) whose token lives in the
+// state directory (0600), created once, so that `wovyr serve` works with no
+// config and `wovyr run --remote` on the same host finds the token.
+func bootstrapTenant(cfg config.Config, stateDir string, log *slog.Logger) (config.Config, error) {
+	path := filepath.Join(stateDir, tokenFile)
+	tok, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		var b [32]byte
+		rand.Read(b[:])
+		tok = []byte(hex.EncodeToString(b[:]))
+		err = os.WriteFile(path, tok, 0o600)
+	}
+	if err != nil {
+		return cfg, fmt.Errorf("bootstrap token: %w", err)
+	}
+	log.Warn("no tenants configured: created tenant \"default\" (admin) with the token in " + path)
+	return cfg.WithTenant(config.Tenant{Name: "default", Admin: true,
+		TokenSHA256: []string{config.HashToken(strings.TrimSpace(string(tok)))}})
+}
+
+// certifyOne runs the battery for one backend, for POST /v1/backends/{name}/certify.
+func (n *node) certifyOne(ctx context.Context, backend string) (cert.Record, error) {
+	guest, cleanup, err := battery.StageGuest(n.g.guest)
+	if err != nil {
+		return cert.Record{}, fmt.Errorf("the battery needs the static wovyr-guest binary (--guest or WOVYR_GUEST): %w", err)
+	}
+	defer cleanup()
+	suite, ok := n.suites(guest)[backend]
+	if !ok {
+		return cert.Record{}, fmt.Errorf("%s: no battery suite yet", backend)
+	}
+	return battery.Run(ctx, suite, nil)
+}
+
+// cgroupReconciler removes the cgroups a crashed daemon left: every wovyr
+// cgroup ("all"), or only those of the native sandboxes whose workspaces are
+// still in this state directory ("owned": a native sandbox's cgroup is
+// wovyr/native/ID and its workspace SCRATCH/ID). It runs before the
+// backends' own Reconcile, which unmounts the workspaces.
+func cgroupReconciler(mode, nativeScratch string) server.Reconciler {
+	if mode != "owned" {
+		return server.Reconciler{Name: "cgroups", Fn: func(ctx context.Context) error {
+			_, err := cgroup.Reconcile(ctx)
+			return err
+		}}
+	}
+	return server.Reconciler{Name: "owned cgroups", Fn: func(ctx context.Context) error {
+		ents, err := os.ReadDir(nativeScratch)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, e := range ents {
+			if _, err := cgroup.ReconcileUnder(ctx, path.Join(cgroup.Prefix, "native", e.Name())); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}}
+}

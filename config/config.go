@@ -1,0 +1,258 @@
+// Package config is the daemon's configuration: where it listens, how long
+// it keeps results, its request limits, and its tenants with their weights,
+// quotas and bearer tokens.
+//
+// The file format is JSON, read strictly: an unknown key is an error, so a
+// misspelt quota is never silently ignored. JSON needs no dependency and is
+// what the API speaks too.
+//
+// A Config is a value. Load and Default return it validated and with every
+// default filled in; nothing changes it afterwards (the daemon keeps its own
+// copy), so what was validated is what runs.
+//
+// Tokens are never stored: a tenant lists the SHA-256 of each token (hex),
+// so a leaked config file grants nothing. HashToken computes it.
+package config
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// Config is the daemon configuration. Every zero field means its default
+// (see Default), which WithDefaults fills in.
+type Config struct {
+	// Listen is the address to serve on. Zero means "127.0.0.1:8080".
+	Listen string `json:"listen,omitempty"`
+	// MaxBodyBytes caps a request body (larger: 413). Zero means 96 MiB,
+	// room for the largest valid invocation (files and stdin) as base64.
+	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
+	// MaxWait caps ?wait= on submit and get. Zero means 60s.
+	MaxWait Duration `json:"max_wait,omitempty"`
+	// Retention is how long finished records are kept. Zero means 24h.
+	Retention Duration `json:"retention,omitempty"`
+	// PurgeEvery is how often expired records are purged. Zero means 10m.
+	PurgeEvery Duration `json:"purge_every,omitempty"`
+	// ShutdownGrace is how long running invocations may finish after a
+	// shutdown begins before they are killed. Zero means 10s.
+	ShutdownGrace Duration `json:"shutdown_grace,omitempty"`
+	// Concurrency is how many invocations run at once on this node. Zero
+	// means 4 per CPU.
+	Concurrency int `json:"concurrency,omitempty"`
+	// CgroupReconcile says which leftover cgroups start-up removes after a
+	// crash: "all" (the zero value) removes everything below wovyr's cgroup
+	// prefix, right when this daemon is the host's only wovyr; "owned"
+	// removes only the cgroups of sandboxes whose workspaces this daemon's
+	// state directory still holds, for hosts shared by several daemons or
+	// test runs.
+	CgroupReconcile string `json:"cgroup_reconcile,omitempty"`
+	// Tenants are the callers. Empty is allowed only for Default, which the
+	// serve command completes with a bootstrap tenant.
+	Tenants []Tenant `json:"tenants"`
+}
+
+// Tenant is one caller of the API.
+type Tenant struct {
+	// Name is the tenant's name (sandbox.ValidTenant).
+	Name string `json:"name"`
+	// Weight is its share under contention. Zero means 1.
+	Weight int `json:"weight,omitempty"`
+	// TokenSHA256 lists the hex SHA-256 of each bearer token (HashToken).
+	TokenSHA256 []string `json:"token_sha256"`
+	// Admin lets the tenant's tokens certify and administer backends.
+	Admin bool `json:"admin,omitempty"`
+	// MaxPending bounds its queued plus running invocations; more is 429.
+	// Zero means 1000.
+	MaxPending int `json:"max_pending,omitempty"`
+	// MaxRunning bounds how many of its invocations run at once. Zero
+	// means no bound beyond the node's Concurrency.
+	MaxRunning int `json:"max_running,omitempty"`
+	// Rate is its sustained submissions per second and Burst the bucket
+	// size; over it is 429 with Retry-After. Zero means 100/s and burst
+	// 1000.
+	Rate  float64 `json:"rate,omitempty"`
+	Burst int     `json:"burst,omitempty"`
+}
+
+// Default is the configuration used with no file: loopback only, no tenant
+// yet (the serve command adds a bootstrap one), every default.
+func Default() Config {
+	c, _ := Config{}.WithDefaults()
+	return c
+}
+
+// WithDefaults returns c with every zero field set to its default, and
+// validated.
+func (c Config) WithDefaults() (Config, error) {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 96 << 20
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = Duration(60 * time.Second)
+	}
+	if c.Retention == 0 {
+		c.Retention = Duration(24 * time.Hour)
+	}
+	if c.PurgeEvery == 0 {
+		c.PurgeEvery = Duration(10 * time.Minute)
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = Duration(10 * time.Second)
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 4 * runtime.NumCPU()
+	}
+	if c.CgroupReconcile == "" {
+		c.CgroupReconcile = "all"
+	}
+	c.Tenants = slices.Clone(c.Tenants)
+	for i := range c.Tenants {
+		t := &c.Tenants[i]
+		t.TokenSHA256 = slices.Clone(t.TokenSHA256)
+		if t.Weight == 0 {
+			t.Weight = 1
+		}
+		if t.MaxPending == 0 {
+			t.MaxPending = 1000
+		}
+		if t.Rate == 0 {
+			t.Rate = 100
+		}
+		if t.Burst == 0 {
+			t.Burst = 1000
+		}
+	}
+	return c, c.validate()
+}
+
+func (c Config) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return sandbox.Errorf(sandbox.BadInput, field, format, args...)
+	}
+	switch {
+	case c.MaxBodyBytes < 1024:
+		return bad("max_body_bytes", "must be at least 1024")
+	case c.MaxWait < 0 || c.Retention < 0 || c.PurgeEvery <= 0 || c.ShutdownGrace < 0:
+		return bad("max_wait", "durations must not be negative")
+	case c.Concurrency < 0:
+		return bad("concurrency", "must not be negative")
+	case c.CgroupReconcile != "all" && c.CgroupReconcile != "owned":
+		return bad("cgroup_reconcile", "want all or owned, not %q", c.CgroupReconcile)
+	}
+	names := map[string]bool{}
+	hashes := map[string]string{}
+	for i, t := range c.Tenants {
+		f := fmt.Sprintf("tenants[%d]", i)
+		if !sandbox.ValidTenant(t.Name) {
+			return bad(f+".name", "tenant name %q is not valid", t.Name)
+		}
+		if names[t.Name] {
+			return bad(f+".name", "tenant %q listed twice", t.Name)
+		}
+		names[t.Name] = true
+		if t.Weight < 0 || t.MaxPending < 0 || t.MaxRunning < 0 || t.Rate < 0 || t.Burst < 0 {
+			return bad(f, "weight, quotas and rates must not be negative")
+		}
+		if len(t.TokenSHA256) == 0 {
+			return bad(f+".token_sha256", "tenant %q has no token", t.Name)
+		}
+		for _, h := range t.TokenSHA256 {
+			if b, err := hex.DecodeString(h); err != nil || len(b) != sha256.Size || h != strings.ToLower(h) {
+				return bad(f+".token_sha256", "%q is not a lower-case hex SHA-256 (use wovyr serve --hash-token)", h)
+			}
+			if other, ok := hashes[h]; ok {
+				return bad(f+".token_sha256", "a token is shared with tenant %q", other)
+			}
+			hashes[h] = t.Name
+		}
+	}
+	return nil
+}
+
+// Load reads and validates the JSON file at path.
+func Load(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	c, err := Parse(f)
+	if err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse reads a JSON configuration strictly and returns it with defaults.
+func Parse(r io.Reader) (Config, error) {
+	data, err := io.ReadAll(io.LimitReader(r, 16<<20))
+	if err != nil {
+		return Config{}, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, sandbox.Wrap(sandbox.BadInput, err, "parse")
+	}
+	if dec.More() {
+		return Config{}, sandbox.Errorf(sandbox.BadInput, "", "trailing data after the JSON object")
+	}
+	return c.WithDefaults()
+}
+
+// Tenant returns the tenant called name.
+func (c Config) Tenant(name string) (Tenant, bool) {
+	for _, t := range c.Tenants {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tenant{}, false
+}
+
+// WithTenant returns a copy of c with t added (defaults filled), validated.
+func (c Config) WithTenant(t Tenant) (Config, error) {
+	c.Tenants = append(slices.Clone(c.Tenants), t)
+	return c.WithDefaults()
+}
+
+// HashToken is the form a token takes in a config file.
+func HashToken(token string) string {
+	h := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(h[:])
+}
+
+// Duration is a time.Duration written as a Go duration string ("30s").
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return errors.New("want a duration such as 30s or 24h")
+	}
+	*d = Duration(v)
+	return nil
+}

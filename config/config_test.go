@@ -1,0 +1,64 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+func TestDefaultIsUsable(t *testing.T) {
+	c := Default()
+	if c.Listen != "127.0.0.1:8080" || c.MaxBodyBytes != 96<<20 || c.MaxWait.D() != time.Minute ||
+		c.Retention.D() != 24*time.Hour || c.ShutdownGrace.D() != 10*time.Second || c.Concurrency <= 0 {
+		t.Fatalf("defaults %+v", c)
+	}
+}
+
+func TestParseFillsTenantDefaults(t *testing.T) {
+	c, err := Parse(strings.NewReader(`{"listen":":9000","retention":"1h","tenants":[
+		{"name":"acme","weight":3,"token_sha256":["` + HashToken("s3cret") + `"],"max_running":2}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, ok := c.Tenant("acme")
+	if !ok || a.Weight != 3 || a.MaxRunning != 2 || a.MaxPending != 1000 || a.Rate != 100 || a.Burst != 1000 || c.Retention.D() != time.Hour {
+		t.Fatalf("parsed %+v", c)
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	h := HashToken("x")
+	for name, tc := range map[string]struct{ json, field string }{
+		"unknown key":     {`{"retention":"1h","retnetion":"2h","tenants":[]}`, ""},
+		"bad duration":    {`{"retention":"soon","tenants":[]}`, ""},
+		"bad tenant name": {`{"tenants":[{"name":"Acme!","token_sha256":["` + h + `"]}]}`, "tenants[0].name"},
+		"duplicate":       {`{"tenants":[{"name":"a","token_sha256":["` + h + `"]},{"name":"a","token_sha256":["` + HashToken("y") + `"]}]}`, "tenants[1].name"},
+		"no token":        {`{"tenants":[{"name":"a","token_sha256":[]}]}`, "tenants[0].token_sha256"},
+		"plain token":     {`{"tenants":[{"name":"a","token_sha256":["s3cret"]}]}`, "tenants[0].token_sha256"},
+		"shared token":    {`{"tenants":[{"name":"a","token_sha256":["` + h + `"]},{"name":"b","token_sha256":["` + h + `"]}]}`, "tenants[1].token_sha256"},
+		"negative quota":  {`{"tenants":[{"name":"a","max_pending":-1,"token_sha256":["` + h + `"]}]}`, "tenants[0]"},
+		"trailing data":   {`{"tenants":[]} {}`, ""},
+		"bad reconcile":   {`{"cgroup_reconcile":"some","tenants":[]}`, "cgroup_reconcile"},
+	} {
+		_, err := Parse(strings.NewReader(tc.json))
+		if !errors.Is(err, sandbox.BadInput) || sandbox.FieldOf(err) != tc.field {
+			t.Errorf("%s: %v (field %q), want bad-input on %q", name, err, sandbox.FieldOf(err), tc.field)
+		}
+	}
+}
+
+func TestWithTenantDoesNotAlias(t *testing.T) {
+	base := Default()
+	c1, err := base.WithTenant(Tenant{Name: "a", TokenSHA256: []string{HashToken("1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, _ := c1.WithTenant(Tenant{Name: "b", TokenSHA256: []string{HashToken("2")}})
+	c2.Tenants[0].TokenSHA256[0] = "changed"
+	if len(base.Tenants) != 0 || len(c1.Tenants) != 1 || c1.Tenants[0].TokenSHA256[0] == "changed" {
+		t.Fatalf("copies share state: base %v c1 %v", base.Tenants, c1.Tenants)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package sched
+
+func cpuSeconds() float64 { return 0 }

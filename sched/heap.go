@@ -1,0 +1,191 @@
+package sched
+
+// The two indexed binary heaps of the eligible pool. Each element records its
+// own position in the tenant (clsPos, dimPos), so removal and key changes are
+// O(log n). They are written out concretely: a comparison through a function
+// value costs more than the rest of a pick.
+
+// citem is a tenant in its weight class. base is its credit minus
+// weight × the pool's virtual pick counter, so within one class (one weight)
+// the order by base is the order by credit.
+type citem struct {
+	base int64
+	seq  int64
+	t    *tenant
+}
+
+// above is the class order: larger credit first, then earlier registration.
+func (a *citem) above(b *citem) bool {
+	return a.base > b.base || a.base == b.base && a.seq < b.seq
+}
+
+type classHeap []citem
+
+func (h classHeap) swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].t.clsPos = i
+	h[j].t.clsPos = j
+}
+
+func (h classHeap) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h[i].above(&h[p]) {
+			return
+		}
+		h.swap(i, p)
+		i = p
+	}
+}
+
+func (h classHeap) down(i int) {
+	n := len(h)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && h[r].above(&h[l]) {
+			m = r
+		}
+		if !h[m].above(&h[i]) {
+			return
+		}
+		h.swap(i, m)
+		i = m
+	}
+}
+
+func (h *classHeap) push(it citem) {
+	*h = append(*h, it)
+	it.t.clsPos = len(*h) - 1
+	h.up(len(*h) - 1)
+}
+
+// remove takes out the element at i and returns it.
+func (h *classHeap) remove(i int) citem {
+	old := *h
+	it := old[i]
+	last := len(old) - 1
+	if i != last {
+		old.swap(i, last)
+	}
+	*h = old[:last]
+	if i != last {
+		h.down(i)
+		h.up(i)
+	}
+	it.t.clsPos = -1
+	return it
+}
+
+// ditem is a tenant keyed by its head task's demand in one dimension.
+type ditem struct {
+	key int64
+	t   *tenant
+}
+
+// dimHeap is a max-heap of head demands, used to find the heads that do not
+// fit without looking at those that do. The pool's dims[3..5] hold negated
+// demands, so the same code keeps the smallest head per dimension on top.
+type dimHeap struct {
+	dim   int
+	items []ditem
+}
+
+func (h *dimHeap) swap(i, j int) {
+	h.items[i], h.items[j] = h.items[j], h.items[i]
+	h.items[i].t.dimPos[h.dim] = i
+	h.items[j].t.dimPos[h.dim] = j
+}
+
+func (h *dimHeap) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if h.items[i].key <= h.items[p].key {
+			return
+		}
+		h.swap(i, p)
+		i = p
+	}
+}
+
+func (h *dimHeap) down(i int) {
+	n := len(h.items)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && h.items[r].key > h.items[l].key {
+			m = r
+		}
+		if h.items[m].key <= h.items[i].key {
+			return
+		}
+		h.swap(i, m)
+		i = m
+	}
+}
+
+func (h *dimHeap) push(key int64, t *tenant) {
+	h.items = append(h.items, ditem{key, t})
+	t.dimPos[h.dim] = len(h.items) - 1
+	h.up(len(h.items) - 1)
+}
+
+func (h *dimHeap) remove(t *tenant) {
+	i := t.dimPos[h.dim]
+	last := len(h.items) - 1
+	if i != last {
+		h.swap(i, last)
+	}
+	h.items = h.items[:last]
+	if i != last {
+		h.down(i)
+		h.up(i)
+	}
+	t.dimPos[h.dim] = -1
+}
+
+func (h *dimHeap) setKey(t *tenant, key int64) {
+	i := t.dimPos[h.dim]
+	old := h.items[i].key
+	h.items[i].key = key
+	if key > old {
+		h.up(i)
+	} else if key < old {
+		h.down(i)
+	}
+}
+
+// top returns the largest key, or a negative number when empty.
+func (h *dimHeap) top() int64 {
+	if len(h.items) == 0 {
+		return -1
+	}
+	return h.items[0].key
+}
+
+// above calls visit for every tenant whose key exceeds limit, descending only
+// into subtrees whose root exceeds it: O(1 + number visited). stack is
+// scratch space, returned for reuse.
+func (h *dimHeap) above(limit int64, stack []int, visit func(*tenant)) []int {
+	stack = stack[:0]
+	if len(h.items) > 0 && h.items[0].key > limit {
+		stack = append(stack, 0)
+	}
+	for len(stack) > 0 {
+		i := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		visit(h.items[i].t)
+		for c := 2*i + 1; c <= 2*i+2 && c < len(h.items); c++ {
+			if h.items[c].key > limit {
+				stack = append(stack, c)
+			}
+		}
+	}
+	return stack
+}

@@ -1,0 +1,97 @@
+package sched
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/wovyr/wovyr/resource"
+)
+
+// Next starts the next task, if any fits. free is what the caller knows to
+// be free right now (pass Free() when the scheduler's capacity is the whole
+// story); the scheduler further caps it by Capacity minus what it has handed
+// out, and treats negative dimensions as zero. now is the caller's clock,
+// used only for Start.Wait. The decision, in order:
+//
+//  1. Reservations, oldest first: the first whose tenant is under quota and
+//     whose head fits starts out of turn, but pays like any pick: the
+//     tenants of step 2 whose head fits earn their weight and it pays
+//     their sum (no skips are counted). A reservation that
+//     does not fit sets its demand aside: the rest see free minus it
+//     (floored at zero).
+//  2. SWRR over the pool — tenants with a queued head, no reservation, under
+//     quota — among those whose head fits what is left: each earns its
+//     weight, the largest credit wins (ties: earliest AddTenant), and the
+//     winner pays the sum of those weights. Pool tenants whose head does not
+//     fit are skipped and earn nothing; a head skipped more than
+//     ReserveAfter times gets a reservation (several at once: in
+//     registration order).
+//
+// When nothing fits, Next returns false and changes nothing.
+func (s *Scheduler) Next(free resource.Vector, now time.Time) (Start, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	eff := effective(free, s.cfg.Capacity, s.inUse)
+	for i, t := range s.reservations {
+		if t.running >= t.cfg.MaxRunning {
+			continue
+		}
+		d := t.head.task.Demand
+		if d.Fits(eff) {
+			s.reservations = slices.Delete(s.reservations, i, i+1)
+			s.pool.charge(eff, t)
+			t.reserved = false
+			return s.start(t, now, true), true
+		}
+		eff = clip(eff.Sub(d))
+	}
+	w := s.pool.pick(eff)
+	if w == nil {
+		return Start{}, false
+	}
+	if len(s.pool.blocked) > 0 {
+		s.skip(s.pool.blocked)
+	}
+	return s.start(w, now, false), true
+}
+
+// skip counts a pass-over for each blocked head and reserves those that
+// passed ReserveAfter.
+func (s *Scheduler) skip(blocked []*tenant) {
+	n := 0
+	for _, t := range blocked {
+		t.head.skips++
+		if t.head.skips > s.cfg.ReserveAfter {
+			blocked[n] = t
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	reserve := blocked[:n]
+	slices.SortFunc(reserve, func(a, b *tenant) int { return cmp.Compare(a.seq, b.seq) })
+	for _, t := range reserve {
+		s.pool.remove(t)
+		t.reserved = true
+		s.reservations = append(s.reservations, t)
+	}
+}
+
+// start pops t's head and hands it out.
+func (s *Scheduler) start(t *tenant, now time.Time, reserved bool) Start {
+	e := t.head
+	s.unlink(e)
+	e.running = true
+	d := e.task.Demand
+	t.running++
+	t.inUse = t.inUse.Add(d)
+	s.inUse = s.inUse.Add(d)
+	wait := max(now.Sub(e.queuedAt), 0)
+	t.st.Started++
+	t.st.WaitTotal += wait
+	t.st.WaitMax = max(t.st.WaitMax, wait)
+	s.refresh(t, t.head != nil && t.head.task.Demand != d)
+	return Start{Task: e.task, Wait: wait, Reserved: reserved}
+}

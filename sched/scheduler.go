@@ -1,0 +1,270 @@
+package sched
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/wovyr/wovyr/resource"
+)
+
+// Scheduler is the fair scheduler. It is safe for concurrent use (one mutex);
+// its decisions depend only on the order of calls and their arguments.
+type Scheduler struct {
+	mu           sync.Mutex
+	cfg          Config
+	tenants      map[string]*tenant // looked up, never iterated
+	order        []*tenant          // registration order
+	nextSeq      int64
+	tasks        map[string]*entry // queued and running, by id; looked up only
+	queued       int
+	inUse        resource.Vector
+	reservations []*tenant // tenants whose head holds a reservation, oldest first
+	pool         pool
+	spare        []*entry // recycled entries
+}
+
+type tenant struct {
+	name    string
+	seq     int64 // registration order: the tie-break
+	cfg     TenantConfig
+	head    *entry
+	tail    *entry
+	queued  int
+	running int
+	inUse   resource.Vector
+
+	reserved bool
+	inPool   bool
+	credit   int64 // valid while !inPool
+	cls      *class
+	clsPos   int
+	dimPos   [6]int
+	mark     uint64
+
+	st TenantStats // counters only
+}
+
+type entry struct {
+	task       Task
+	t          *tenant
+	queuedAt   time.Time
+	skips      int
+	running    bool
+	prev, next *entry
+}
+
+// New returns an empty scheduler with no tenants.
+func New(cfg Config) (*Scheduler, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Scheduler{
+		cfg:     cfg,
+		tenants: make(map[string]*tenant),
+		tasks:   make(map[string]*entry),
+		pool:    newPool(),
+	}, nil
+}
+
+// AddTenant registers a tenant. Registration order is the tie-break between
+// tenants of equal credit: register tenants in a stable order (e.g. sorted
+// by name) for reproducible decisions.
+func (s *Scheduler) AddTenant(name string, c TenantConfig) error {
+	if err := validTenantName(name); err != nil {
+		return err
+	}
+	c, err := c.withDefaults()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tenants[name] != nil {
+		return badInput(ErrTenantExists, "tenant", "tenant %s already exists", name)
+	}
+	t := &tenant{name: name, seq: s.nextSeq, cfg: c, clsPos: -1, dimPos: [6]int{-1, -1, -1, -1, -1, -1}}
+	s.nextSeq++
+	s.tenants[name] = t
+	s.order = append(s.order, t)
+	return nil
+}
+
+// UpdateTenant changes a tenant's weight and bounds. Its credit, queue and
+// running tasks are kept; a lower MaxQueued rejects new tasks only.
+func (s *Scheduler) UpdateTenant(name string, c TenantConfig) error {
+	c, err := c.withDefaults()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tenants[name]
+	if t == nil {
+		return badInput(ErrUnknownTenant, "tenant", "unknown tenant %q", name)
+	}
+	if t.inPool {
+		s.pool.remove(t)
+	}
+	t.cfg = c
+	s.refresh(t, false)
+	return nil
+}
+
+// RemoveTenant forgets a tenant that has nothing queued or running. Its
+// credit is dropped.
+func (s *Scheduler) RemoveTenant(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tenants[name]
+	if t == nil {
+		return badInput(ErrUnknownTenant, "tenant", "unknown tenant %q", name)
+	}
+	if t.queued > 0 || t.running > 0 {
+		return badInput(ErrTenantBusy, "tenant", "tenant %s has %d queued and %d running", name, t.queued, t.running)
+	}
+	delete(s.tenants, name)
+	s.order = slices.DeleteFunc(s.order, func(o *tenant) bool { return o == t })
+	return nil
+}
+
+// Submit queues a task at the tail of its tenant's queue. now is the
+// caller's clock, used only for Start.Wait. Bad input (unknown tenant,
+// negative or too large demand, a duplicate id) changes nothing; a full
+// queue answers a *QueueFullError and counts a rejection.
+func (s *Scheduler) Submit(task Task, now time.Time) error {
+	if err := validateTask(task, s.cfg.Capacity); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tenants[task.Tenant]
+	if t == nil {
+		return badInput(ErrUnknownTenant, "tenant", "unknown tenant %q", task.Tenant)
+	}
+	if s.tasks[task.ID] != nil {
+		return badInput(ErrDuplicateTask, "id", "task %q is already queued or running", task.ID)
+	}
+	if t.queued >= t.cfg.MaxQueued {
+		t.st.Rejected++
+		return &QueueFullError{Tenant: t.name, Limit: t.cfg.MaxQueued}
+	}
+	if s.queued >= s.cfg.MaxQueued {
+		t.st.Rejected++
+		return &QueueFullError{Tenant: t.name, Global: true, Limit: s.cfg.MaxQueued}
+	}
+	e := s.newEntry()
+	*e = entry{task: task, t: t, queuedAt: now, prev: t.tail}
+	if t.tail != nil {
+		t.tail.next = e
+	} else {
+		t.head = e
+	}
+	t.tail = e
+	t.queued++
+	s.queued++
+	s.tasks[task.ID] = e
+	t.st.Admitted++
+	if t.head == e {
+		s.refresh(t, true)
+	}
+	return nil
+}
+
+// Cancel removes a queued task (the caller gave up on it). A task that is
+// running or unknown is ErrUnknownTask and changes nothing.
+func (s *Scheduler) Cancel(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.tasks[id]
+	if e == nil || e.running {
+		return badInput(ErrUnknownTask, "id", "task %q is not queued", id)
+	}
+	t := e.t
+	wasHead := t.head == e
+	s.unlink(e)
+	headChanged := wasHead && t.head != nil && t.head.task.Demand != e.task.Demand
+	delete(s.tasks, id)
+	t.st.Cancelled++
+	if wasHead && t.reserved {
+		s.dropReservation(t)
+	}
+	s.refresh(t, headChanged)
+	s.recycle(e)
+	return nil
+}
+
+// Done returns a running task's resources. A task that is not running is
+// ErrUnknownTask and changes nothing.
+func (s *Scheduler) Done(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.tasks[id]
+	if e == nil || !e.running {
+		return badInput(ErrUnknownTask, "id", "task %q is not running", id)
+	}
+	t := e.t
+	d := e.task.Demand
+	t.running--
+	t.inUse = t.inUse.Sub(d)
+	s.inUse = s.inUse.Sub(d)
+	t.st.Completed++
+	delete(s.tasks, id)
+	s.refresh(t, false)
+	s.recycle(e)
+	return nil
+}
+
+// refresh puts t into or out of the pool after its state changed;
+// headChanged says its head's demand changed.
+func (s *Scheduler) refresh(t *tenant, headChanged bool) {
+	want := t.head != nil && !t.reserved && t.running < t.cfg.MaxRunning
+	switch {
+	case t.inPool && !want:
+		s.pool.remove(t)
+	case !t.inPool && want:
+		s.pool.add(t)
+	case t.inPool && headChanged:
+		s.pool.headChanged(t)
+	}
+}
+
+// unlink takes a queued entry out of its tenant's queue.
+func (s *Scheduler) unlink(e *entry) {
+	t := e.t
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		t.head = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		t.tail = e.prev
+	}
+	e.prev, e.next = nil, nil
+	t.queued--
+	s.queued--
+}
+
+func (s *Scheduler) dropReservation(t *tenant) {
+	s.reservations = slices.DeleteFunc(s.reservations, func(o *tenant) bool { return o == t })
+	t.reserved = false
+}
+
+func (s *Scheduler) newEntry() *entry {
+	if n := len(s.spare); n > 0 {
+		e := s.spare[n-1]
+		s.spare = s.spare[:n-1]
+		return e
+	}
+	return new(entry)
+}
+
+func (s *Scheduler) recycle(e *entry) {
+	*e = entry{}
+	if len(s.spare) < 1024 {
+		s.spare = append(s.spare, e)
+	}
+}

@@ -1,0 +1,197 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wovyr/wovyr/client"
+	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/store"
+)
+
+// handleSubmit is POST /v1/invocations[?wait=DURATION].
+func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, t *tenant) {
+	if ok, after := t.rate.take(time.Now()); !ok {
+		writeError(w, retryAfter(sandbox.Errorf(RateLimited, "", "tenant %s is over its submission rate (%.4g/s)", t.cfg.Name, t.cfg.Rate), after))
+		return
+	}
+	wait, err := s.waitParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	inv, err := s.decodeInvocation(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	switch {
+	case inv.ID != "":
+		err = sandbox.Errorf(sandbox.BadInput, "id", "the invocation id is assigned by the server")
+	case inv.Tenant != "" && inv.Tenant != t.cfg.Name:
+		err = sandbox.Errorf(sandbox.BadInput, "tenant", "the tenant is the token's (%s)", t.cfg.Name)
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	inv.ID, inv.Tenant = sandbox.NewID(), t.cfg.Name
+	if err := inv.Validate(); err != nil {
+		writeError(w, err)
+		return
+	}
+	if _, err := s.submit(r.Context(), t, inv); err != nil {
+		writeError(w, err)
+		return
+	}
+	rec, err := s.waitDone(r.Context(), inv.ID, wait)
+	if err != nil {
+		writeError(w, sandbox.Wrap(sandbox.BackendFailure, err, "read record"))
+		return
+	}
+	w.Header().Set("Location", "/v1/invocations/"+inv.ID)
+	status := http.StatusAccepted
+	if rec.State.Terminal() {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, wire(rec))
+}
+
+// handleGet is GET /v1/invocations/{id}[?wait=DURATION].
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, t *tenant) {
+	wait, err := s.waitParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	if _, err := s.owned(id, t); err != nil {
+		writeError(w, err)
+		return
+	}
+	rec, err := s.waitDone(r.Context(), id, wait)
+	if err != nil {
+		writeError(w, notFound(id, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, wire(rec))
+}
+
+// handleCancel is DELETE /v1/invocations/{id}: it cancels, waits for the
+// invocation to be recorded as ended, and returns the record.
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, t *tenant) {
+	id := r.PathValue("id")
+	rec, err := s.owned(id, t)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if !rec.State.Terminal() && !s.cancel(id, errCancelled) {
+		rec, err = s.store.Get(id) // it ended meanwhile
+		if err != nil {
+			writeError(w, notFound(id, err))
+			return
+		}
+	}
+	if rec.State.Terminal() {
+		writeError(w, sandbox.Errorf(Conflict, "", "invocation %s already ended (%s)", id, rec.State))
+		return
+	}
+	rec, err = s.waitDone(r.Context(), id, time.Minute)
+	if err != nil {
+		writeError(w, notFound(id, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, wire(rec))
+}
+
+// owned returns the record id if tenant t owns it; another tenant's record
+// is NotFound, exactly as a missing one, so ids do not leak.
+func (s *Server) owned(id string, t *tenant) (store.Invocation, error) {
+	rec, err := s.store.Get(id)
+	if err != nil {
+		return rec, notFound(id, err)
+	}
+	if rec.Tenant != t.cfg.Name {
+		return store.Invocation{}, notFound(id, store.ErrNotFound)
+	}
+	return rec, nil
+}
+
+func notFound(id string, err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return sandbox.Errorf(NotFound, "id", "no invocation %s", id)
+	}
+	return sandbox.Wrap(sandbox.BackendFailure, err, "read record")
+}
+
+// waitParam parses ?wait=, capped at the configured maximum.
+func (s *Server) waitParam(r *http.Request) (time.Duration, error) {
+	v := r.URL.Query().Get("wait")
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, sandbox.Errorf(sandbox.BadInput, "wait", "wait must be a duration such as 30s")
+	}
+	return min(d, s.cfg.MaxWait.D()), nil
+}
+
+// decodeInvocation reads the body strictly: bounded (413), well-formed
+// JSON (400), no unknown fields (400 naming the field), one object only.
+func (s *Server) decodeInvocation(w http.ResponseWriter, r *http.Request) (*sandbox.Invocation, error) {
+	limit := s.cfg.MaxBodyBytes
+	if r.ContentLength > limit {
+		return nil, sandbox.Errorf(TooLarge, "", "the body is %d bytes; the limit is %d", r.ContentLength, limit)
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	var inv sandbox.Invocation
+	err := dec.Decode(&inv)
+	if err == nil {
+		if dec.Decode(&struct{}{}) != io.EOF {
+			return nil, sandbox.Errorf(sandbox.BadInput, "", "the body must hold one JSON object and nothing after it")
+		}
+		return &inv, nil
+	}
+	var (
+		maxErr    *http.MaxBytesError
+		syntaxErr *json.SyntaxError
+		typeErr   *json.UnmarshalTypeError
+		typed     *sandbox.Error
+	)
+	switch {
+	case errors.As(err, &maxErr):
+		return nil, sandbox.Errorf(TooLarge, "", "the body exceeds %d bytes", limit)
+	case errors.Is(err, io.EOF):
+		return nil, sandbox.Errorf(sandbox.BadInput, "", "the body is empty; want a JSON invocation")
+	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
+		return nil, sandbox.Errorf(sandbox.BadInput, "", "malformed JSON: %v", err)
+	case errors.As(err, &typeErr):
+		return nil, sandbox.Errorf(sandbox.BadInput, typeErr.Field, "%s must be a JSON %s", typeErr.Field, typeErr.Type)
+	case errors.As(err, &typed):
+		return nil, err
+	}
+	// encoding/json reports unknown fields only as text.
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name, _ = strconv.Unquote(name)
+		return nil, sandbox.Errorf(sandbox.BadInput, name, "unknown field %q", name)
+	}
+	return nil, sandbox.Wrap(sandbox.BadInput, err, "invalid invocation")
+}
+
+// wire converts a store record to its API form.
+func wire(rec store.Invocation) client.Invocation {
+	out := client.Invocation{ID: rec.ID, Tenant: rec.Tenant, SpecDigest: rec.SpecDigest, Backend: rec.Backend,
+		State: string(rec.State), Result: rec.Result, Created: rec.Created, Transitions: []client.Transition{}}
+	for _, t := range rec.Transitions {
+		out.Transitions = append(out.Transitions, client.Transition{State: string(t.State), At: t.At})
+	}
+	return out
+}

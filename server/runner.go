@@ -1,0 +1,235 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/wovyr/wovyr/manager"
+	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/store"
+)
+
+// Why an invocation's context ends early.
+var (
+	errCancelled = errors.New("cancelled by the caller")
+	errShutdown  = errors.New("daemon shutdown")
+)
+
+// job is one accepted invocation while this daemon runs it.
+type job struct {
+	inv      *sandbox.Invocation
+	backend  sandbox.Backend
+	ticket   Ticket
+	accepted time.Time
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	started  atomic.Bool // admitted and marked running
+	done     chan struct{}
+}
+
+// submit is the admission half of the pipeline: select (floor-unmet is a
+// 409 before anything is recorded), admit, record as queued, and start the
+// invocation's goroutine. inv is validated and carries its tenant and id.
+func (s *Server) submit(ctx context.Context, t *tenant, inv *sandbox.Invocation) (*job, error) {
+	if s.closing.Load() {
+		return nil, sandbox.Errorf(Unavailable, "", "the daemon is shutting down")
+	}
+	b, err := s.mgr.Select(ctx, inv.Policy, inv.Workload.Kind)
+	if err != nil {
+		return nil, err
+	}
+	tk := Ticket{ID: inv.ID, Tenant: t.cfg.Name, Weight: t.cfg.Weight, Backend: b.Name(), Resources: inv.Resources}
+	if err := s.adm.Admit(tk); err != nil {
+		return nil, err
+	}
+	j := &job{inv: inv, backend: b, ticket: tk, accepted: time.Now(), done: make(chan struct{})}
+	if err := s.store.Begin(inv, store.Queued, j.accepted); err != nil {
+		s.adm.Done(tk)
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "record invocation")
+	}
+	j.ctx, j.cancel = context.WithCancelCause(s.base)
+	s.mu.Lock()
+	s.jobs[inv.ID] = j
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.met.running.Inc()
+	go s.execute(j)
+	return j, nil
+}
+
+// execute is the rest of the pipeline, on the invocation's own goroutine.
+// Whatever happens, it records a terminal state.
+func (s *Server) execute(j *job) {
+	defer s.wg.Done()
+	defer s.met.running.Dec()
+	defer func() {
+		s.mu.Lock()
+		delete(s.jobs, j.inv.ID)
+		s.mu.Unlock()
+		close(j.done)
+	}()
+	defer j.cancel(nil)
+	defer s.adm.Done(j.ticket)
+	inv, b := j.inv, j.backend
+
+	if err := s.adm.Acquire(j.ctx, j.ticket); err != nil || j.ctx.Err() != nil {
+		s.finish(j, store.Failed, nil, sandbox.Wrap(sandbox.Killed, context.Cause(j.ctx), "cancelled before it started"), time.Time{})
+		return
+	}
+	admitted := time.Now()
+	j.started.Store(true)
+	s.store.StartAsync(inv.ID, b.Name(), admitted, func(err error) {
+		if err != nil {
+			s.log.Error("record start", "id", inv.ID, "error", err)
+		}
+		s.note.notify(inv.ID)
+	})
+	s.met.phase(b.Name(), "queue", admitted.Sub(j.accepted))
+
+	sb, err := s.mgr.Prepare(j.ctx, b, manager.TemplateFor(inv))
+	if err != nil {
+		s.finish(j, store.Failed, nil, err, admitted)
+		return
+	}
+	acquired := time.Now()
+	s.met.phase(b.Name(), "prepare", acquired.Sub(admitted))
+	res, err := sb.Run(j.ctx, inv)
+	if derr := sb.Destroy(context.WithoutCancel(j.ctx)); derr != nil {
+		s.log.Error("destroy sandbox", "id", inv.ID, "backend", b.Name(), "error", derr)
+	}
+	if err != nil {
+		s.finish(j, store.Failed, nil, err, admitted)
+		return
+	}
+	res.ID, res.Backend = inv.ID, b.Name()
+	res.Timings.Queued, res.Timings.Acquired = j.accepted, acquired
+	s.finish(j, store.Done, res, nil, admitted)
+}
+
+// finish records the terminal state, counts it and logs it with its phase
+// timings.
+func (s *Server) finish(j *job, st store.State, res *sandbox.Result, runErr error, admitted time.Time) {
+	inv, b := j.inv, j.backend.Name()
+	if res == nil {
+		res = &sandbox.Result{ID: inv.ID, ExitCode: -1, Class: sandbox.ClassOf(runErr), Error: runErr.Error()}
+		res.Timings.Queued = j.accepted
+		if !admitted.IsZero() {
+			res.Backend = b
+		}
+	}
+	now := time.Now()
+	if err := s.store.Transition(inv.ID, st, res, now); err != nil {
+		// The record stays non-terminal and start-up will mark it lost:
+		// still never silent.
+		s.log.Error("record result", "id", inv.ID, "tenant", inv.Tenant, "error", err)
+	}
+	s.note.notify(inv.ID)
+	class := string(res.Class)
+	if class == "" {
+		class = "ok"
+	}
+	s.met.invocations.WithLabelValues(b, class, string(st)).Inc()
+	total := now.Sub(j.accepted)
+	s.met.phase(b, "total", total)
+	attrs := []any{"id", inv.ID, "tenant", inv.Tenant, "backend", b, "state", st, "class", class,
+		"exit_code", res.ExitCode, "total_ms", ms(total)}
+	if !admitted.IsZero() {
+		attrs = append(attrs, "queue_ms", ms(admitted.Sub(j.accepted)))
+	}
+	if t := res.Timings; !t.Acquired.IsZero() && !t.Started.IsZero() && !t.Finished.IsZero() {
+		run := t.Finished.Sub(t.Started)
+		s.met.phase(b, "run", run)
+		attrs = append(attrs, "prepare_ms", ms(t.Acquired.Sub(admitted)), "run_ms", ms(run))
+	}
+	s.log.Info("invocation", attrs...)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// cancel ends the invocation id; it reports false if this daemon is not
+// running it.
+func (s *Server) cancel(id string, cause error) bool {
+	s.mu.Lock()
+	j, ok := s.jobs[id]
+	s.mu.Unlock()
+	if ok {
+		j.cancel(cause)
+	}
+	return ok
+}
+
+// cancelJobs cancels every job, or only those not yet started.
+func (s *Server) cancelJobs(running bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, j := range s.jobs {
+		if running || !j.started.Load() {
+			j.cancel(errShutdown)
+		}
+	}
+}
+
+// waitDone waits until id is terminal, d passes or ctx ends, and returns
+// the record as it is then.
+func (s *Server) waitDone(ctx context.Context, id string, d time.Duration) (store.Invocation, error) {
+	var timeout <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	for {
+		ch := s.note.wait(id)
+		rec, err := s.store.Get(id)
+		if err != nil || rec.State.Terminal() {
+			s.note.notify(id) // nothing else will close ch
+			return rec, err
+		}
+		if d <= 0 {
+			return rec, nil
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			return s.store.Get(id)
+		case <-ctx.Done():
+			return s.store.Get(id)
+		case <-s.base.Done():
+			return s.store.Get(id)
+		}
+	}
+}
+
+// notifier wakes whoever waits for a change of one invocation.
+type notifier struct {
+	mu    sync.Mutex
+	chans map[string]chan struct{}
+}
+
+// wait returns a channel closed at id's next change. Take it before reading
+// the state, so that no change is missed between the read and the wait.
+func (n *notifier) wait(id string) <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.chans == nil {
+		n.chans = map[string]chan struct{}{}
+	}
+	ch, ok := n.chans[id]
+	if !ok {
+		ch = make(chan struct{})
+		n.chans[id] = ch
+	}
+	return ch
+}
+
+func (n *notifier) notify(id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ch, ok := n.chans[id]; ok {
+		close(ch)
+		delete(n.chans, id)
+	}
+}
