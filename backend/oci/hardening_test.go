@@ -126,7 +126,7 @@ func TestRefusesWhatItCannotEnforce(t *testing.T) {
 	}
 	defer sb.Destroy(ctx)
 	inv := cmd("true")
-	inv.Policy.Network = netpolicy.Policy{Allow: []netpolicy.Rule{{}}}
+	inv.Policy.Network = netpolicy.Policy{Allow: []netpolicy.Rule{{CIDR: "192.0.2.0/24", Ports: []uint16{443}}}}
 	if _, err := sb.Run(ctx, inv); !errors.Is(err, sandbox.Unenforceable) {
 		t.Fatalf("allowlist policy: err %v, want unenforceable", err)
 	}
