@@ -33,6 +33,17 @@ type Job struct {
 	// Shutdown asks the agent to exit after replying (no job is run if Argv
 	// is empty).
 	Shutdown bool `json:"shutdown,omitempty"`
+	// Rlimits are set on the agent itself (soft and hard) before anything
+	// else, so this job and every later one inherit them. Hard limits can
+	// only go down: a sandbox's agent is claimed once and never raised.
+	Rlimits []Rlimit `json:"rlimits,omitempty"`
+}
+
+// Rlimit is one resource limit, by its Linux number (RLIMIT_NOFILE, …).
+type Rlimit struct {
+	Resource int    `json:"resource"`
+	Cur      uint64 `json:"cur"`
+	Max      uint64 `json:"max"`
 }
 
 // File is a file the agent writes before running a job, relative to Dir.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"syscall"
 )
 
 // Serve runs jobs read from rw one at a time until the stream ends, ctx is
@@ -20,7 +21,9 @@ func Serve(ctx context.Context, rw io.ReadWriter) error {
 			return err
 		}
 		var rep Reply
-		if len(job.Argv) > 0 {
+		if err := SetRlimits(job.Rlimits); err != nil {
+			rep = Reply{ID: job.ID, ExitCode: 127, Error: err.Error()}
+		} else if len(job.Argv) > 0 {
 			rep = Execute(ctx, job)
 		} else {
 			rep = Reply{ID: job.ID}
@@ -85,3 +88,13 @@ func (c *Client) Do(ctx context.Context, job Job) (Reply, error) {
 
 // Close closes the connection.
 func (c *Client) Close() error { return c.rw.Close() }
+
+// SetRlimits applies limits to the calling process.
+func SetRlimits(limits []Rlimit) error {
+	for _, r := range limits {
+		if err := syscall.Setrlimit(r.Resource, &syscall.Rlimit{Cur: r.Cur, Max: r.Max}); err != nil {
+			return fmt.Errorf("setrlimit %d: %w", r.Resource, err)
+		}
+	}
+	return nil
+}

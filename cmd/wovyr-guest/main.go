@@ -60,6 +60,10 @@ func agentMain(ctx context.Context, args []string) int {
 		defer f.Close()
 		rw = f
 	}
+	if err := agent.Harden(); err != nil {
+		fmt.Fprintln(os.Stderr, "wovyr-guest:", err)
+		return 1
+	}
 	if err := agent.Serve(ctx, rw); err != nil {
 		fmt.Fprintln(os.Stderr, "wovyr-guest:", err)
 		return 1

@@ -9,6 +9,7 @@ import (
 
 	"github.com/wovyr/wovyr/backend/microvm"
 	"github.com/wovyr/wovyr/backend/native"
+	"github.com/wovyr/wovyr/backend/oci"
 	"github.com/wovyr/wovyr/backend/wasm"
 	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/cert"
@@ -110,11 +111,15 @@ func verdict(r cert.Record) string {
 
 // suites returns the battery suite of each backend on this node.
 func (n *node) suites(guest string) map[string]battery.Suite {
-	return map[string]battery.Suite{
+	suites := map[string]battery.Suite{
 		"native":  native.Suite(n.native, guest),
 		"wasm":    wasm.Suite(n.wasm),
 		"microvm": microvm.Suite(n.microvm),
 	}
+	for _, b := range n.oci {
+		suites[b.Name()] = oci.Suite(b, "")
+	}
+	return suites
 }
 
 // writeBatteryReport writes docs/BATTERY.md-style output from every stored

@@ -29,6 +29,7 @@ func commands() []command {
 		{"backends", "show each backend: strength, availability, certification", backendsMain},
 		{"certify", "run the escape battery and record certifications", certifyMain},
 		{"bench", "measure wovyr against the raw peers, side by side", benchMain},
+		{"image", "build, import, list and remove root filesystem templates", imageMain},
 		{"version", "print the version", versionMain},
 		{"wasm-exec", "run one WASI module as this process (the runner inside stronger sandboxes)", wasmExecMain},
 		{"wasm-worker", "internal: the wasm backend's worker process (started by wovyr itself)", wasmWorkerMain},

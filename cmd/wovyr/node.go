@@ -9,6 +9,7 @@ import (
 
 	"github.com/wovyr/wovyr/backend/microvm"
 	"github.com/wovyr/wovyr/backend/native"
+	"github.com/wovyr/wovyr/backend/oci"
 	"github.com/wovyr/wovyr/backend/wasm"
 	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/egress"
@@ -26,6 +27,7 @@ type node struct {
 	log      *slog.Logger
 	native   *native.Backend
 	wasm     *wasm.Backend
+	oci      []*oci.Backend // container (crun/runc) and gvisor (runsc)
 	microvm  *microvm.Backend
 	backends []sandbox.Backend
 	mgr      *manager.Manager
@@ -71,10 +73,21 @@ func newNode(g *globals, log *slog.Logger, network *egress.Service) (*node, erro
 	if n.wasm, err = wasm.New(wasm.Config{StateDir: g.stateDir, Logger: n.log, Worker: worker}); err != nil {
 		return nil, err
 	}
+	n.backends = []sandbox.Backend{n.native, n.wasm}
+	ocfg := oci.Config{StateDir: g.stateDir, Agent: g.guest, Logger: n.log}
+	for _, mk := range []func(oci.Config) (*oci.Backend, error){oci.NewContainer, oci.NewGVisor} {
+		b, err := mk(ocfg)
+		if err != nil {
+			n.log.Warn("backend not constructed", "err", err)
+			continue
+		}
+		n.oci = append(n.oci, b)
+		n.backends = append(n.backends, b)
+	}
 	if n.microvm, err = microvm.New(microvm.Config{StateDir: g.stateDir, Logger: n.log}); err != nil {
 		return nil, err
 	}
-	n.backends = []sandbox.Backend{n.native, n.wasm, n.microvm}
+	n.backends = append(n.backends, n.microvm)
 	return n, nil
 }
 

@@ -1,0 +1,175 @@
+package oci
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/wovyr/wovyr/battery"
+	"github.com/wovyr/wovyr/idmap"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// Backend is the container or the gvisor backend. Both share every line of
+// code but the runtime driver and a few runsc-specific flags.
+type Backend struct {
+	cfg      Config
+	name     string
+	strength sandbox.Strength
+	gvisor   bool
+	agent    string // our read-only copy of wovyr-guest
+	run      string // runDir(cfg.StateDir)
+
+	// weak is set only on copies made by Weakened (positive controls).
+	weak battery.Weakness
+
+	mu     sync.Mutex
+	driver *driver // chosen by the first successful probe
+}
+
+// NewContainer returns the container backend: crun, runc as fallback.
+func NewContainer(cfg Config) (*Backend, error) {
+	return newBackend(cfg, "container", sandbox.Container, false)
+}
+
+// NewGVisor returns the gvisor backend: runsc.
+func NewGVisor(cfg Config) (*Backend, error) {
+	return newBackend(cfg, "gvisor", sandbox.GVisor, true)
+}
+
+func newBackend(cfg Config, name string, s sandbox.Strength, gvisor bool) (*Backend, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{cfg: cfg, name: name, strength: s, gvisor: gvisor, run: runDir(cfg.StateDir)}
+	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "run"), b.run, filepath.Join(b.run, "sb"), filepath.Join(b.run, "bin")} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, fmt.Errorf("oci: state dir: %w", err)
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			return nil, fmt.Errorf("oci: state dir: %w", err)
+		}
+	}
+	if err := searchable(cfg.StateDir); err != nil {
+		return nil, err
+	}
+	if b.agent, err = installAgent(cfg.Agent, filepath.Join(b.run, "bin")); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// searchable checks that every ancestor of dir lets others search it: the
+// runtimes resolve the bundle as the sandbox's unprivileged root.
+func searchable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("oci: state dir: %w", err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("oci: %s is not searchable by others (mode %v); sandboxes could not reach their bundle", d, fi.Mode().Perm())
+		}
+		if d == "/" {
+			return nil
+		}
+	}
+}
+
+// installAgent copies the agent into dir under its content hash (so a
+// running sandbox's binary is never replaced underneath it) and returns the
+// copy's path.
+func installAgent(src, dir string) (string, error) {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return "", fmt.Errorf("oci: agent binary (build cmd/wovyr-guest with CGO_ENABLED=0): %w", err)
+	}
+	if len(b) < 4 || string(b[:4]) != "\x7fELF" {
+		return "", fmt.Errorf("oci: agent %s is not an ELF binary", src)
+	}
+	sum := sha256.Sum256(b)
+	dst := filepath.Join(dir, "wovyr-guest-"+hex.EncodeToString(sum[:8]))
+	if _, err := os.Stat(dst); err == nil {
+		return dst, nil
+	}
+	tmp, err := os.CreateTemp(dir, ".agent-")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Chmod(0o555); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	return dst, os.Rename(tmp.Name(), dst)
+}
+
+// Name implements sandbox.Backend.
+func (b *Backend) Name() string { return b.name }
+
+// Strength implements sandbox.Backend.
+func (b *Backend) Strength() sandbox.Strength { return b.strength }
+
+// wasmSeam marks where wasm workloads join: once wovyr's wasm runner
+// subcommand exists, Kinds adds KindWasm and Run sends the module plus
+// ["wasm-runner", …] argv to the agent. Until then wasm is not accepted.
+const wasmSeam = false
+
+// Kinds implements sandbox.Backend.
+func (b *Backend) Kinds() []sandbox.WorkloadKind {
+	if wasmSeam {
+		return []sandbox.WorkloadKind{sandbox.KindCommand, sandbox.KindWasm}
+	}
+	return []sandbox.WorkloadKind{sandbox.KindCommand}
+}
+
+// imagesDir is where templates live.
+func (b *Backend) imagesDir() string { return filepath.Join(b.cfg.StateDir, "images") }
+
+// configHash digests what decides this backend's isolation: the runtime, its
+// flags and a spec generated for a fixed shape.
+func (b *Backend) configHash(d *driver) string {
+	s, err := buildSpec(specParams{rootfs: "/", agent: agentPath, cgroups: "/wovyr/_pool/x",
+		ids: idmap.Range{HostUID: 1, HostGID: 1, Size: rangeSize}, limits: sandbox.Limits{}.WithDefaults(), gvisor: b.gvisor})
+	h := sha256.New()
+	fmt.Fprintln(h, d.name, d.version, d.flags, d.hybrid, err, "weak="+string(b.weak))
+	if s != nil {
+		s.Linux.UIDMappings, s.Linux.GIDMappings = nil, nil
+		_ = json.NewEncoder(h).Encode(s)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+// chosen returns the driver the probe picked, probing if needed.
+func (b *Backend) chosen(ctx context.Context) (*driver, error) {
+	b.mu.Lock()
+	d := b.driver
+	b.mu.Unlock()
+	if d != nil {
+		return d, nil
+	}
+	if c := b.Probe(ctx); !c.Available {
+		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "%s backend unavailable: %s", b.name, c.Reason)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.driver, nil
+}
+
+// rangeFor returns the first uid range (benchmarks' raw bundles).
+func (b *Backend) rangeFor() idmap.Range {
+	return idmap.Range{HostUID: b.cfg.UIDBase, HostGID: b.cfg.UIDBase, Size: rangeSize}
+}

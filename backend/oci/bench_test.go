@@ -1,0 +1,150 @@
+package oci
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/wovyr/wovyr/image"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// Benchmarks measure side by side, in one run, wovyr against the raw runtime
+// on an equivalent bundle (same spec, same template, no agent):
+//
+//	go test ./backend/oci -run '^$' -bench . -benchtime 20x
+//
+// Cold: Prepare+Run(/bin/true)+Destroy vs "<runtime> run". Warm: Run through
+// the agent on a prepared sandbox vs "<runtime> exec" into a running one.
+
+func median(d []time.Duration) time.Duration {
+	slices.Sort(d)
+	return d[len(d)/2]
+}
+
+func benchBackend(b *testing.B, gvisor bool) *Backend {
+	cfg := testConfig(b)
+	var be *Backend
+	var err error
+	if gvisor {
+		be, err = NewGVisor(cfg)
+	} else {
+		be, err = NewContainer(cfg)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	if c := be.Probe(context.Background()); !c.Available {
+		b.Skip(c.Reason)
+	}
+	return be
+}
+
+// rawBundle writes a bundle equivalent to a sandbox's: the same generated
+// spec over the template itself (read-only, no overlay, no agent).
+func rawBundle(b *testing.B, be *Backend, argv []string) string {
+	dir := filepath.Join(be.run, "sb", "wovyr-c-benchraw")
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		b.Fatal(err)
+	}
+	s, err := buildSpec(specParams{rootfs: image.RootFS(be.imagesDir(), "busybox"), agent: be.agent,
+		cgroups: "/wovyr/_pool/wovyr-c-benchraw", ids: be.rangeFor(), limits: sandbox.Limits{}.WithDefaults(), gvisor: be.gvisor})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.Root.Readonly = true
+	s.Process.Args, s.Process.Cwd = argv, "/"
+	s.Mounts = s.Mounts[:len(s.Mounts)-1] // no agent bind
+	js, _ := json.Marshal(s)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), js, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// rawRun is "<runtime> run" (through the hybrid wrapper where crun needs it).
+func rawRun(b *testing.B, d *driver, bundle, id string) time.Duration {
+	cmd := d.createCommand(bundle, id)
+	for i, a := range cmd.Args {
+		if a == "create" {
+			cmd.Args[i] = "run"
+		}
+	}
+	start := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("raw run: %v: %s", err, out)
+	}
+	el := time.Since(start)
+	_ = d.run(context.Background(), 10*time.Second, "delete", "--force", id)
+	return el
+}
+
+func benchCold(b *testing.B, gvisor bool) {
+	be := benchBackend(b, gvisor)
+	ctx := context.Background()
+	d, _ := be.chosen(ctx)
+	bundle := rawBundle(b, be, []string{"/bin/true"})
+	var ours, raw []time.Duration
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		sb, err := be.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := sb.Run(ctx, cmd("/bin/true")); err != nil {
+			b.Fatal(err)
+		}
+		if err := sb.Destroy(ctx); err != nil {
+			b.Fatal(err)
+		}
+		ours = append(ours, time.Since(start))
+		raw = append(raw, rawRun(b, d, bundle, fmt.Sprintf("wovyr-c-benchraw%d", i)))
+	}
+	mo, mr := median(ours), median(raw)
+	b.ReportMetric(float64(mo.Microseconds())/1000, "wovyr-ms")
+	b.ReportMetric(float64(mr.Microseconds())/1000, "raw-"+d.name+"-ms")
+	b.ReportMetric(float64(mo)/float64(mr), "ratio")
+}
+
+func benchWarm(b *testing.B, gvisor bool) {
+	be := benchBackend(b, gvisor)
+	ctx := context.Background()
+	d, _ := be.chosen(ctx)
+	var ours, raw []time.Duration
+	for i := 0; i < b.N; i++ {
+		sb, err := be.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := sb.Run(ctx, cmd("/bin/true")); err != nil {
+			b.Fatal(err)
+		}
+		ours = append(ours, time.Since(start))
+		ex := d.command("exec", sb.(*Sandbox).id, "/bin/true")
+		start = time.Now()
+		if out, err := ex.CombinedOutput(); err != nil {
+			b.Fatalf("raw exec: %v: %s", err, out)
+		}
+		raw = append(raw, time.Since(start))
+		if err := sb.Destroy(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	mo, mr := median(ours), median(raw)
+	b.ReportMetric(float64(mo.Microseconds())/1000, "wovyr-warm-ms")
+	b.ReportMetric(float64(mr.Microseconds())/1000, "raw-"+d.name+"-exec-ms")
+	b.ReportMetric(float64(mo)/float64(mr), "ratio")
+}
+
+func BenchmarkColdContainer(b *testing.B) { benchCold(b, false) }
+func BenchmarkColdGVisor(b *testing.B)    { benchCold(b, true) }
+func BenchmarkWarmContainer(b *testing.B) { benchWarm(b, false) }
+func BenchmarkWarmGVisor(b *testing.B)    { benchWarm(b, true) }

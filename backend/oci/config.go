@@ -1,0 +1,88 @@
+package oci
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/wovyr/wovyr/idmap"
+)
+
+// Config configures a backend. It is read once, by NewContainer/NewGVisor.
+type Config struct {
+	// StateDir is wovyr's state directory: templates are read from
+	// <StateDir>/images/<name>, scratch lives under <StateDir>/run/oci.
+	// Required. Its ancestors must be searchable by others (mode o+x):
+	// the runtimes resolve the bundle as the sandbox's unprivileged uid.
+	StateDir string
+	// Agent is the path of a static wovyr-guest binary (CGO_ENABLED=0). It
+	// is copied into the state directory and bind-mounted read-only into
+	// every sandbox as its init. Empty means "wovyr-guest" next to the
+	// running executable.
+	Agent string
+	// Runtime forces one runtime binary ("crun", "runc", "runsc" or a
+	// path). Empty picks by probing: crun then runc for container, runsc
+	// for gvisor.
+	Runtime string
+	// Platform forces runsc's --platform. Empty probes systrap then
+	// ptrace; "kvm" is refused unless set explicitly here.
+	Platform string
+	// UIDBase is the first host uid/gid of the sandbox ranges. Zero means
+	// 2^31. Each live sandbox gets its own 65536 ids above it.
+	UIDBase uint32
+	// Slots bounds concurrent sandboxes (distinct uid ranges). Zero: 1024.
+	Slots int
+	// ProbeTimeout bounds one probe container. Zero: 20s.
+	ProbeTimeout time.Duration
+	// DefaultImage is the template for workloads that name none. Empty:
+	// "busybox".
+	DefaultImage string
+	// Logger receives lifecycle logs. Nil discards them.
+	Logger *slog.Logger
+}
+
+const rangeSize = 65536
+
+func (c Config) withDefaults() (Config, error) {
+	if c.StateDir == "" {
+		return c, errors.New("oci: Config.StateDir is required")
+	}
+	abs, err := filepath.Abs(c.StateDir)
+	if err != nil {
+		return c, err
+	}
+	c.StateDir = abs
+	if c.Agent == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return c, fmt.Errorf("oci: locate agent: %w", err)
+		}
+		c.Agent = filepath.Join(filepath.Dir(exe), "wovyr-guest")
+	}
+	if c.UIDBase == 0 {
+		c.UIDBase = 1 << 31
+	}
+	if c.Slots == 0 {
+		c.Slots = 1024
+	}
+	if c.Slots < 0 || !(idmap.Range{HostUID: c.UIDBase, HostGID: c.UIDBase, Size: uint32(c.Slots) * rangeSize}).Valid() {
+		return c, fmt.Errorf("oci: %d slots of %d ids from %d do not fit in the uid space", c.Slots, rangeSize, c.UIDBase)
+	}
+	if c.ProbeTimeout == 0 {
+		c.ProbeTimeout = 20 * time.Second
+	}
+	if c.DefaultImage == "" {
+		c.DefaultImage = "busybox"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c, nil
+}
+
+// runDir is the root of everything this package creates under the state dir.
+func runDir(stateDir string) string { return filepath.Join(stateDir, "run", "oci") }

@@ -1,0 +1,45 @@
+// Package oci runs wovyr's container and gvisor backends: one code path that
+// generates an OCI bundle (root filesystem + runtime-spec config) and hands
+// it to an OCI runtime — crun (runc as fallback) for "container", runsc for
+// "gvisor".
+//
+// A sandbox is a started container whose init is wovyr's static job agent
+// (package agent, binary wovyr-guest), bind-mounted read-only into an
+// otherwise unchanged template. Prepare builds and starts it tenant-neutrally
+// under /wovyr/_pool/<id>; Run claims it for a tenant: it moves the
+// container's processes into /wovyr/<tenant>/<id>, applies that invocation's
+// limits there and with prlimit on the agent, then sends the job over the
+// agent's stdio pipes. A sandbox runs one invocation and is then destroyed.
+//
+// Hardening, in the spec: every namespace including user (sandbox root is an
+// unprivileged host uid range, distinct per live sandbox, see slots.go) and
+// cgroup; no capabilities; no_new_privileges; moby's default seccomp profile,
+// tightened; masked and read-only kernel paths; rlimits; a network namespace
+// with loopback only. The root filesystem is the read-only template,
+// idmapped into the sandbox's range as an overlay lower layer, with a
+// throw-away upper layer on a size-limited tmpfs (package idmap).
+//
+// # What it refuses
+//
+// Network policies other than deny-all (Capability.Egress is false until
+// wovyr's egress enforcement covers these runtimes); wasm workloads (Kinds
+// is only KindCommand until the wasm runner subcommand exists — see
+// wasmSeam); runsc's kvm platform (it spins on these hosts) and runsc
+// --rootless as root (the Sentry would run as host root).
+//
+// # The agent is inside the boundary
+//
+// The workload runs as the agent's uid, so nothing the agent reports is
+// trusted for accounting: usage, OOM and timeouts are judged from host-side
+// measurements (tenant cgroup, host clock). The agent makes itself
+// non-dumpable (agent.Harden), so under runc/crun a workload cannot open
+// /proc/1/fd/* to read the job stream or forge reply frames; runsc does not
+// apply dumpability to procfs fd access, so under gVisor a workload can
+// forge its own reply — affecting only its own exit status and output, as
+// the sandbox serves one invocation. The agent's stderr is a capped pipe,
+// never a host file.
+//
+// Everything it creates on the host carries "wovyr" in its name (container
+// ids, cgroup paths, scratch directories), and Reconcile removes leftovers
+// whose owner is gone, and nothing else.
+package oci

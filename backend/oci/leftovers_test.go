@@ -1,0 +1,82 @@
+package oci
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// assertNoLeftovers checks real host state after a sandbox is destroyed: no
+// process in its cgroups or its uid range, no cgroup in any hierarchy, no
+// mount, no scratch/bundle directory, no runtime state.
+func assertNoLeftovers(t *testing.T, b *Backend, s *Sandbox) {
+	t.Helper()
+	id := s.id
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		if zombie(p) {
+			continue // dead; only the host's reaper still holds its pid
+		}
+		cg, _ := os.ReadFile(filepath.Join(p, "cgroup"))
+		if strings.Contains(string(cg), id) {
+			t.Errorf("process %s is still in a cgroup of %s", filepath.Base(p), id)
+		}
+		if s.slot != nil {
+			if uid, ok := procUID(filepath.Join(p, "status")); ok && uid >= s.slot.ids.HostUID && uid < s.slot.ids.HostUID+s.slot.ids.Size {
+				t.Errorf("process %s runs as uid %d of %s's range", filepath.Base(p), uid, id)
+			}
+		}
+	}
+	for _, h := range hierarchies() {
+		for _, rel := range []string{"wovyr/_pool/" + id, "wovyr/acme/" + id, "wovyr/beta/" + id} {
+			if _, err := os.Stat(filepath.Join(h, rel)); err == nil {
+				t.Errorf("cgroup %s left in %s", rel, h)
+			}
+		}
+	}
+	if m := mountsUnder(filepath.Join(b.run, "sb", id)); len(m) > 0 {
+		t.Errorf("mounts left: %v", m)
+	}
+	if _, err := os.Stat(filepath.Join(b.run, "sb", id)); err == nil {
+		t.Errorf("scratch dir of %s left", id)
+	}
+	for _, rt := range []string{"crun", "runc", "runsc"} {
+		ents, _ := os.ReadDir(filepath.Join(b.run, "state", rt))
+		for _, e := range ents {
+			if strings.Contains(e.Name(), id) {
+				t.Errorf("%s state %s left", rt, e.Name())
+			}
+		}
+	}
+}
+
+func procUID(status string) (uint32, bool) {
+	f, err := os.Open(status)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "Uid:"); ok {
+			fs := strings.Fields(v)
+			if len(fs) > 0 {
+				n, err := strconv.ParseUint(fs[0], 10, 32)
+				return uint32(n), err == nil
+			}
+		}
+	}
+	return 0, false
+}
+
+func zombie(proc string) bool {
+	b, err := os.ReadFile(filepath.Join(proc, "stat"))
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+}

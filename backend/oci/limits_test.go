@@ -1,0 +1,85 @@
+package oci
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+func TestForkBombStopsAtPidsLimit(t *testing.T) {
+	for name, b := range newBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			// Fork 200 sleepers: with pids=32, forks must fail with EAGAIN.
+			inv := cmd("/bin/sh", "-c", `i=0; while [ $i -lt 200 ]; do sleep 30 & i=$((i+1)); done; echo forked $i`)
+			inv.Limits = sandbox.Limits{Pids: 32, Wall: 20 * time.Second}
+			res := run(t, b, inv)
+			t.Logf("exit=%d class=%q stderr=%.300s", res.ExitCode, res.Class, res.Stderr)
+			if res.Class != sandbox.OK {
+				t.Fatalf("class %q: %s", res.Class, res.Error)
+			}
+			if strings.Contains(string(res.Stdout), "forked 200") && res.ExitCode == 0 {
+				t.Fatalf("200 forks succeeded under a pids limit of 32")
+			}
+			if !strings.Contains(strings.ToLower(string(res.Stderr)), "fork") && !strings.Contains(string(res.Stderr), "resource") {
+				t.Errorf("want a fork failure on stderr, got %q", res.Stderr)
+			}
+		})
+	}
+}
+
+func TestMemoryHogIsOOM(t *testing.T) {
+	for name, b := range newBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			// 300 MB of distinct pages under a 64 MB limit.
+			inv := cmd("/bin/dd", "if=/dev/zero", "of=/dev/null", "bs=300M", "count=1")
+			inv.Limits = sandbox.Limits{Memory: 64 << 20, Wall: 60 * time.Second}
+			res := run(t, b, inv)
+			t.Logf("exit=%d sig=%q class=%q err=%s peak=%d", res.ExitCode, res.Signal, res.Class, res.Error, res.Usage.PeakMemory)
+			if res.Class != sandbox.OOM {
+				t.Fatalf("class %q, want oom (exit %d, stdout %.100s)", res.Class, res.ExitCode, res.Stdout)
+			}
+		})
+	}
+}
+
+func TestCPUSpinKilledAtDeadline(t *testing.T) {
+	for name, b := range newBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			inv := cmd("/bin/sh", "-c", `while :; do :; done`)
+			inv.Limits = sandbox.Limits{Wall: 1500 * time.Millisecond}
+			res := run(t, b, inv)
+			if res.Class != sandbox.Timeout {
+				t.Fatalf("class %q, want timeout (exit %d)", res.Class, res.ExitCode)
+			}
+			if res.Usage.Wall < 1500*time.Millisecond {
+				t.Errorf("killed after %s, before the 1.5s deadline", res.Usage.Wall)
+			}
+		})
+	}
+}
+
+func TestCPULimitIsTimeout(t *testing.T) {
+	b := newBackends(t)["container"]
+	inv := cmd("/bin/sh", "-c", `while :; do :; done`)
+	inv.Limits = sandbox.Limits{Wall: 20 * time.Second, CPU: 300 * time.Millisecond}
+	res := run(t, b, inv)
+	if res.Class != sandbox.Timeout || !strings.Contains(res.Error, "CPU") {
+		t.Fatalf("class %q (%s), want a CPU-limit timeout", res.Class, res.Error)
+	}
+}
+
+func TestRlimitsPerInvocation(t *testing.T) {
+	for name, b := range newBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			inv := cmd("/bin/sh", "-c", "ulimit -n; ulimit -f; ulimit -c")
+			inv.Limits = sandbox.Limits{NoFile: 64, Disk: 8 << 20}
+			res := run(t, b, inv)
+			// ulimit -f counts 512-byte blocks.
+			if got := string(res.Stdout); got != "64\n16384\n0\n" {
+				t.Fatalf("limits inside: %q (stderr %q), want 64, 16384, 0", got, res.Stderr)
+			}
+		})
+	}
+}

@@ -1,0 +1,133 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wovyr/wovyr/cgroup"
+)
+
+// Reconcile removes what this package left behind under stateDir after a
+// crash or a failed teardown: containers of every runtime, their cgroups
+// (in every hierarchy; runsc leaks them when killed), mounts and scratch
+// directories. It touches only sandboxes whose owner is gone — a sandbox's
+// lock is held by its live owner (locks.go) — and only names it creates
+// ("wovyr-c-…", "wovyr-g-…" below <stateDir>/run/oci and /wovyr). It
+// returns how many sandboxes it cleaned.
+func Reconcile(ctx context.Context, stateDir string) (int, error) {
+	run := runDir(stateDir)
+	if _, err := os.Stat(run); errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	// Exclusive against Prepare's scratch creation (see makeScratch).
+	g, err := lockBlocking(filepath.Join(run, "reconcile.lock"), unix.LOCK_EX)
+	if err != nil {
+		return 0, err
+	}
+	defer g.Close()
+
+	stale := map[string]bool{}
+	live := func(id string) bool {
+		if stale[id] {
+			return false
+		}
+		f, err := lockFile(filepath.Join(run, "sb", id, "lock"), unix.LOCK_EX)
+		if err != nil || f == nil {
+			return err == nil // held by a live owner (or unreadable: leave it)
+		}
+		f.Close()
+		stale[id] = true
+		return false
+	}
+	// A lock file only exists in a scratch dir; an id without one is stale.
+	ents, _ := os.ReadDir(filepath.Join(run, "sb"))
+	var errs []error
+
+	// 1. Containers in each runtime's root.
+	for _, name := range []string{"crun", "runc", "runsc"} {
+		d := &driver{name: name, path: name, root: filepath.Join(run, "state", name)}
+		if name == "runsc" {
+			d.flags = []string{"--network=none"}
+		}
+		if p, err := exec.LookPath(name); err == nil {
+			d.path = p
+		} else {
+			continue
+		}
+		ids, err := d.list(ctx)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, id := range ids {
+			if !ours(id) || live(id) {
+				continue
+			}
+			if err := d.destroy(ctx, id); err != nil {
+				errs = append(errs, err)
+			}
+			stale[id] = true
+		}
+	}
+	// 2. Scratch directories: mounts first, then the tree.
+	for _, e := range ents {
+		id := e.Name()
+		if !ours(id) || live(id) {
+			continue
+		}
+		if err := removeScratch(filepath.Join(run, "sb", id)); err != nil {
+			errs = append(errs, err)
+		}
+		stale[id] = true
+	}
+	// 3. Cgroups of sandboxes whose owner is gone, in every hierarchy.
+	for _, rel := range ociCgroups() {
+		if id := filepath.Base(rel); !live(id) {
+			if err := removeCgroup(ctx, rel); err != nil {
+				errs = append(errs, err)
+			}
+			stale[id] = true
+		}
+	}
+	n := 0
+	for range stale {
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// ours reports whether a container id or scratch name is this package's.
+func ours(id string) bool {
+	return (strings.HasPrefix(id, "wovyr-c-") || strings.HasPrefix(id, "wovyr-g-")) && !strings.ContainsAny(id, "/.")
+}
+
+// ociCgroups lists /wovyr/<group>/<id> paths with one of our ids as leaf, in
+// any hierarchy (the pool and every tenant).
+func ociCgroups() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, h := range hierarchies() {
+		groups, _ := os.ReadDir(filepath.Join(h, cgroup.Prefix))
+		for _, g := range groups {
+			if !g.IsDir() {
+				continue
+			}
+			leaves, _ := os.ReadDir(filepath.Join(h, cgroup.Prefix, g.Name()))
+			for _, l := range leaves {
+				rel := fmt.Sprintf("%s/%s/%s", cgroup.Prefix, g.Name(), l.Name())
+				if l.IsDir() && ours(l.Name()) && !seen[rel] {
+					seen[rel] = true
+					out = append(out, rel)
+				}
+			}
+		}
+	}
+	return out
+}

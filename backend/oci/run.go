@@ -1,0 +1,288 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wovyr/wovyr/agent"
+	"github.com/wovyr/wovyr/battery"
+	"github.com/wovyr/wovyr/cgroup"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// hostGrace is how long past the wall limit the host waits for the agent's
+// own (timed-out) reply before it gives up on the sandbox.
+const hostGrace = 3 * time.Second
+
+// Run implements sandbox.Sandbox. It claims the sandbox for inv's tenant —
+// cgroup, limits, rlimits — sends the job to the agent and classifies how it
+// ended. A sandbox runs one invocation.
+func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Result, error) {
+	if err := inv.Validate(); err != nil {
+		return nil, err
+	}
+	if inv.Workload.Kind != sandbox.KindCommand {
+		return nil, sandbox.Errorf(sandbox.BadInput, "workload.kind", "%s backend runs command workloads only; wasm at this strength needs the wasm runner (not wired yet)", s.b.name)
+	}
+	if !inv.Policy.Network.DenyAll() {
+		return nil, sandbox.Errorf(sandbox.Unenforceable, "policy.network", "%s backend enforces deny-all egress only (loopback-only network namespace)", s.b.name)
+	}
+	if img := inv.Workload.Image; img != "" && img != s.image {
+		return nil, sandbox.Errorf(sandbox.BadInput, "workload.image", "sandbox was prepared for image %q, not %q", s.image, img)
+	}
+	s.mu.Lock()
+	if s.used || s.gone {
+		s.mu.Unlock()
+		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "sandbox %s already ran an invocation or was destroyed", s.id)
+	}
+	s.used = true
+	s.mu.Unlock()
+
+	lim := s.b.weaken(inv.Limits.WithDefaults())
+	res := &sandbox.Result{ID: inv.ID, Backend: s.b.name, Accel: s.d.accel}
+	if res.ID == "" {
+		res.ID = s.id
+	}
+	if err := s.claim(inv, lim); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s: claim %s for %s", s.b.name, s.id, inv.Tenant)
+	}
+	job := agent.Job{
+		ID: res.ID, Argv: inv.Workload.Argv, Env: inv.Workload.Env, Dir: workDir,
+		Stdin: inv.Workload.Stdin, Wall: lim.Wall, Output: lim.Output, Rlimits: s.rlimits(lim),
+	}
+	if job.Env == nil {
+		job.Env = []string{}
+	}
+	if s.b.weak == battery.InheritEnv {
+		job.Env = append(job.Env, os.Environ()...)
+	}
+	if s.b.weak == battery.NoDeadline {
+		job.Wall = 0
+	}
+	for _, f := range inv.Workload.Files {
+		job.Files = append(job.Files, agent.File{Path: f.Path, Data: f.Data, Mode: f.Mode})
+	}
+
+	hostCtx, cancel := context.WithTimeout(ctx, lim.Wall+hostGrace)
+	defer cancel()
+	cpuHit := s.watchCPU(hostCtx, cancel, lim.CPU)
+	res.Timings.Started = time.Now()
+	rep, err := s.client.Do(hostCtx, job)
+	res.Timings.Finished = time.Now()
+	// Usage and limits are judged from the host's own measurements: the
+	// reply comes from inside the sandbox and is only believed about what
+	// the workload controls anyway (exit status, output).
+	st := s.tenant.Stats()
+	hostWall := res.Timings.Finished.Sub(res.Timings.Started)
+	res.Usage = sandbox.Usage{Wall: hostWall, CPU: st.CPU, PeakMemory: st.PeakMemory}
+	switch {
+	case cpuHit():
+		res.Class, res.ExitCode, res.Signal = sandbox.Timeout, 137, "killed"
+		res.Error = fmt.Sprintf("CPU time limit %s reached", lim.CPU)
+	case st.OOMKills > 0:
+		res.Class, res.Error = sandbox.OOM, fmt.Sprintf("memory limit %d bytes reached (%d OOM kills)", lim.Memory, st.OOMKills)
+		if err != nil {
+			res.ExitCode, res.Signal = 137, "killed"
+		}
+	case err == nil && (rep.TimedOut || hostWall > lim.Wall+hostGrace/2):
+		res.Class, res.Error = sandbox.Timeout, fmt.Sprintf("wall-clock limit %s reached", lim.Wall)
+	case err != nil && ctx.Err() != nil:
+		res.Class, res.ExitCode, res.Signal, res.Error = sandbox.Killed, 137, "killed", "cancelled: "+ctx.Err().Error()
+		return res, nil
+	case err != nil && errors.Is(err, context.DeadlineExceeded):
+		res.Class, res.ExitCode, res.Signal = sandbox.Timeout, 137, "killed"
+		res.Error = fmt.Sprintf("wall-clock limit %s reached; the sandbox did not answer", lim.Wall)
+		return res, nil
+	case err != nil:
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s: sandbox %s lost its agent", s.b.name, s.id)
+	}
+	if err != nil {
+		return res, nil
+	}
+	if res.ExitCode == 0 && res.Signal == "" {
+		res.ExitCode, res.Signal = rep.ExitCode, signalName(rep.Signal)
+	}
+	res.Stdout, res.Stderr = rep.Stdout, rep.Stderr
+	res.StdoutTruncated, res.StderrTruncated = rep.StdoutTruncated, rep.StderrTruncated
+	if rep.Error != "" && res.Class == sandbox.OK {
+		// Could not start (e.g. command not found): report it as a shell would.
+		res.Stderr = append(res.Stderr, []byte("wovyr: "+rep.Error+"\n")...)
+	}
+	if len(inv.Workload.Collect) > 0 {
+		files, err := s.collect(inv.Workload.Collect, lim)
+		if err != nil {
+			return nil, err
+		}
+		res.Files = files
+	}
+	return res, nil
+}
+
+func signalName(s string) string {
+	if s == "" {
+		return ""
+	}
+	return strings.ToLower(strings.TrimPrefix(s, "SIG"))
+}
+
+// claim moves the sandbox's processes from the pool cgroup into
+// /wovyr/<tenant>/<id> with inv's limits and applies the disk quota (the
+// job carries its rlimits to the agent). Nothing tenant-specific existed before this.
+func (s *Sandbox) claim(inv *sandbox.Invocation, lim sandbox.Limits) error {
+	g, err := cgroup.New(cgroup.Prefix+"/"+inv.Tenant+"/"+s.id, cgroup.Limits{
+		Memory: lim.Memory, Pids: pidsBudget(lim.Pids, s.b.gvisor), CPUMillis: inv.Resources.CPUMillis,
+	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.tenant = g
+	s.mu.Unlock()
+	// No swap: past the limit a workload must die, not page (cgroup v1).
+	if d := cgroupDirs(g.Path()); len(d) > 0 {
+		for _, dir := range d {
+			_ = os.WriteFile(dir+"/memory.memsw.limit_in_bytes", []byte(fmt.Sprint(lim.Memory)), 0)
+		}
+	}
+	for _, pid := range cgroupProcs(poolCgroup(s.id)) {
+		if err := g.Add(pid); err != nil && !errors.Is(err, unix.ESRCH) {
+			return err
+		}
+	}
+	if s.b.weak == battery.KeepOrphans {
+		// Positive control: leave the runtime's cgroups too, so neither
+		// the runtime nor wovyr can find what the workload leaves behind.
+		escapeRuntimeCgroups(s.id, g.Path())
+	}
+	if err := resizeUpper(s.dir, lim.Disk); err != nil {
+		return fmt.Errorf("disk quota: %w", err)
+	}
+	return nil
+}
+
+// rlimits are the per-invocation limits the agent sets on itself before the
+// job, so they hold the same way under runc, crun and runsc.
+func (s *Sandbox) rlimits(lim sandbox.Limits) []agent.Rlimit {
+	if s.b.weak == battery.NoRlimits {
+		return nil
+	}
+	rl := []agent.Rlimit{
+		{Resource: unix.RLIMIT_NOFILE, Cur: uint64(lim.NoFile), Max: uint64(lim.NoFile)},
+		{Resource: unix.RLIMIT_FSIZE, Cur: uint64(lim.Disk), Max: uint64(lim.Disk)},
+		{Resource: unix.RLIMIT_CORE},
+	}
+	if s.b.weak != battery.NoPidsLimit {
+		rl = append(rl, agent.Rlimit{Resource: unix.RLIMIT_NPROC, Cur: uint64(lim.Pids + 1), Max: uint64(lim.Pids + 1)})
+	}
+	return rl
+}
+
+// watchCPU enforces a CPU-time limit from the tenant cgroup's accounting:
+// past it, the sandbox is killed through cancel. It returns whether it fired.
+func (s *Sandbox) watchCPU(ctx context.Context, cancel context.CancelFunc, limit time.Duration) func() bool {
+	fired := make(chan struct{})
+	if limit <= 0 {
+		return func() bool { return false }
+	}
+	go func() {
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if s.tenant.Stats().CPU >= limit {
+					close(fired)
+					_ = s.tenant.Kill(context.WithoutCancel(ctx))
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return func() bool {
+		select {
+		case <-fired:
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// collect reads the named workspace files from the host side of the
+// sandbox's root. os.Root refuses symlinks out of the workspace; only
+// regular files are read, opened without blocking, and the total is capped.
+func (s *Sandbox) collect(paths []string, lim sandbox.Limits) ([]sandbox.File, error) {
+	root, err := os.OpenRoot(s.dir + "/rootfs" + workDir)
+	if err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "open workspace")
+	}
+	defer root.Close()
+	var out []sandbox.File
+	total := int64(0)
+	for _, p := range paths {
+		f, err := root.OpenFile(p, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			continue // absent or escaping: not collected
+		}
+		fi, err := f.Stat()
+		if err != nil || !fi.Mode().IsRegular() {
+			f.Close()
+			continue
+		}
+		b, err := io.ReadAll(io.LimitReader(f, sandbox.MaxFileBytes-total+1))
+		f.Close()
+		if err != nil {
+			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "collect %s", p)
+		}
+		total += int64(len(b))
+		if total > sandbox.MaxFileBytes {
+			return nil, sandbox.Errorf(sandbox.BadInput, "workload.collect", "collected files exceed %d bytes", sandbox.MaxFileBytes)
+		}
+		out = append(out, sandbox.File{Path: p, Data: b, Mode: uint32(fi.Mode().Perm())})
+	}
+	return out, nil
+}
+
+// weaken lifts the limit a positive control's weakness names; for b without
+// a weakness it returns lim unchanged.
+func (b *Backend) weaken(lim sandbox.Limits) sandbox.Limits {
+	switch b.weak {
+	case battery.NoPidsLimit:
+		lim.Pids = 1 << 20
+	case battery.NoMemoryLimit:
+		lim.Memory = 1 << 40
+	case battery.NoDiskQuota:
+		lim.Disk = 1 << 40
+	case battery.NoDeadline:
+		lim.Wall = time.Hour
+	case battery.NoOutputCap:
+		lim.Output = sandbox.MaxOutputBytes
+	}
+	return lim
+}
+
+// escapeRuntimeCgroups moves the pool cgroup's processes to the root of
+// every hierarchy the tenant group does not cover (KeepOrphans control).
+func escapeRuntimeCgroups(id, tenant string) {
+	pids := cgroupProcs(poolCgroup(id))
+	for _, h := range hierarchies() {
+		if _, err := os.Stat(filepath.Join(h, tenant)); err == nil {
+			continue
+		}
+		for _, pid := range pids {
+			_ = os.WriteFile(filepath.Join(h, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
+		}
+	}
+}

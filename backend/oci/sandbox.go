@@ -1,0 +1,399 @@
+package oci
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wovyr/wovyr/agent"
+	"github.com/wovyr/wovyr/battery"
+	"github.com/wovyr/wovyr/cgroup"
+	"github.com/wovyr/wovyr/image"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// Sandbox is one prepared container running the agent. It runs at most one
+// invocation; Destroy releases everything it holds.
+type Sandbox struct {
+	b        *Backend
+	d        *driver
+	id       string // container id, "wovyr-c-…" or "wovyr-g-…"
+	dir      string // scratch + bundle: <run>/sb/<id>
+	image    string
+	limits   sandbox.Limits // the template's shape
+	slot     *slot
+	lock     *os.File // held while the sandbox lives (see locks.go)
+	client   *agent.Client
+	agentPID int           // host pid of the container init (container only)
+	agentFD  int           // pidfd of the agent, or -1
+	runtime  chan struct{} // closed when the foreground runtime has exited
+	stderr   *lockedCapped // the runtime's and agent's stderr, capped
+
+	mu      sync.Mutex
+	used    bool
+	tenant  *cgroup.Group
+	cleanup []func(context.Context) error // reverse order
+	gone    bool
+}
+
+// poolCgroup is where a tenant-neutral sandbox's runtime cgroups live; "_"
+// cannot start a tenant name, so it never collides with a tenant's.
+func poolCgroup(id string) string { return cgroup.Prefix + "/_pool/" + id }
+
+func newID(gvisor bool) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	if gvisor {
+		return "wovyr-g-" + hex.EncodeToString(b[:])
+	}
+	return "wovyr-c-" + hex.EncodeToString(b[:])
+}
+
+// Prepare implements sandbox.Backend: it builds the bundle, creates and
+// starts the container and waits until the agent answers. Each step is named
+// in its error; a failure undoes what was done.
+func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.Sandbox, error) {
+	if tmpl.Kind != sandbox.KindCommand && tmpl.Kind != "" {
+		return nil, sandbox.Errorf(sandbox.BadInput, "template.kind", "%s backend runs command workloads only (the wasm runner is not wired yet)", b.name)
+	}
+	name := tmpl.Image
+	if name == "" {
+		name = b.cfg.DefaultImage
+	}
+	if !image.ValidName(name) {
+		return nil, sandbox.Errorf(sandbox.BadInput, "template.image", "invalid image name %q", name)
+	}
+	if !image.Exists(b.imagesDir(), name) {
+		return nil, sandbox.Errorf(sandbox.BadInput, "template.image", "no template %q (build it: wovyr image build %s)", name, name)
+	}
+	d, err := b.chosen(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, tmpl.Limits.WithDefaults())
+}
+
+func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, lim sandbox.Limits) (_ *Sandbox, err error) {
+	s := &Sandbox{b: b, d: d, id: newID(b.gvisor), image: name, limits: lim, agentFD: -1}
+	s.dir = filepath.Join(b.run, "sb", s.id)
+	defer func() {
+		if err != nil {
+			_ = s.Destroy(context.WithoutCancel(ctx))
+			err = sandbox.Wrap(sandbox.BackendFailure, err, "%s: prepare %s", b.name, s.id)
+		}
+	}()
+	step := func(name string, f func() error) error {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if err := f(); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	}
+	if err := step("scratch", s.makeScratch); err != nil {
+		return nil, err
+	}
+	if err := step("uid range", func() (err error) {
+		if b.weak == battery.SharedUID {
+			s.slot = &slot{ids: b.rangeFor()} // every sandbox on one range, unlocked
+			return nil
+		}
+		s.slot, err = acquireSlot(b.run, b.cfg.UIDBase, b.cfg.Slots)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	s.defer1(func(context.Context) error { s.slot.release(); return nil })
+	s.defer1(func(context.Context) error { return removeScratch(s.dir) })
+	if err := step("rootfs", func() error {
+		if err := assembleRootfs(rootfs, s.dir, s.slot.ids, lim.Disk); err != nil {
+			return err
+		}
+		if rootWeakness(b.weak) {
+			// Positive controls without a user namespace: the workspace
+			// belongs to host root, as the sandbox's root now is.
+			return os.Chown(filepath.Join(s.dir, "rootfs", workDir), 0, 0)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := step("spec", s.writeSpec); err != nil {
+		return nil, err
+	}
+	s.defer1(func(ctx context.Context) error { return removeCgroup(ctx, poolCgroup(s.id)) })
+	s.defer1(s.stop)
+	if err := step("run", func() error { return s.create(ctx) }); err != nil {
+		return nil, err
+	}
+	if err := step("ready", func() error { return s.ready(ctx) }); err != nil {
+		return nil, err
+	}
+	b.cfg.Logger.Debug("sandbox prepared", "backend", b.name, "id", s.id, "image", name, "runtime", d.name, "uid", s.slot.ids.HostUID)
+	return s, nil
+}
+
+func (s *Sandbox) defer1(f func(context.Context) error) { s.cleanup = append(s.cleanup, f) }
+
+// makeScratch creates the sandbox directory and takes its lock while holding
+// the run directory's shared lock, so Reconcile never sees it unlocked.
+func (s *Sandbox) makeScratch() error {
+	g, err := lockBlocking(filepath.Join(s.b.run, "reconcile.lock"), unix.LOCK_SH)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	if err := os.Mkdir(s.dir, 0o711); err != nil {
+		return err
+	}
+	s.lock, err = lockFile(filepath.Join(s.dir, "lock"), unix.LOCK_EX)
+	if err == nil && s.lock == nil {
+		err = errors.New("fresh sandbox lock is held by someone else")
+	}
+	if err != nil {
+		os.RemoveAll(s.dir)
+		return err
+	}
+	return nil
+}
+
+func (s *Sandbox) writeSpec() error {
+	spec, err := buildSpec(specParams{
+		rootfs: filepath.Join(s.dir, "rootfs"), agent: s.b.agent, cgroups: "/" + poolCgroup(s.id),
+		ids: s.slot.ids, limits: s.limits, gvisor: s.b.gvisor,
+	})
+	if err != nil {
+		return err
+	}
+	weakenSpec(spec, s.b.weak)
+	js, err := json.MarshalIndent(spec, "", "\t")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(s.dir, "config.json"), js, 0o600)
+}
+
+// pipeConn is the host end of the agent's stdio. Close is idempotent: the
+// client closes it when a call is abandoned, Destroy closes it again.
+type pipeConn struct {
+	io.Reader
+	io.Writer
+	r, w *os.File
+	once sync.Once
+	err  error
+}
+
+func (p *pipeConn) Close() error {
+	p.once.Do(func() { p.err = errors.Join(p.w.Close(), p.r.Close()) })
+	return p.err
+}
+
+// create starts "<runtime> run" with the agent's stdin/stdout as pipes; the
+// container inherits them (no terminal, no console socket). Readiness is
+// the agent's answer (ready), not the runtime's exit.
+func (s *Sandbox) create(ctx context.Context) error {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return err
+	}
+	conn := &pipeConn{Reader: outR, Writer: inW, r: outR, w: inW}
+	s.client = agent.NewClient(conn)
+	s.defer1(func(context.Context) error { return s.client.Close() })
+	// The runtime's and the agent's stderr: a pipe drained into a capped
+	// buffer, never a host file the sandbox could grow without bound.
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	s.stderr = &lockedCapped{c: sandbox.Capped{Limit: 64 << 10}}
+	go func() {
+		_, _ = io.Copy(s.stderr, errR)
+		errR.Close()
+	}()
+	// The runtime stays in the foreground as the container's parent for
+	// the sandbox's whole life: it reaps the container's init the moment
+	// it dies and deletes the container itself, where a detached one
+	// would leave the reaping to the host's init (runsc then polls it for
+	// a second). It is not bound to ctx, which bounds only this call.
+	cmd := s.d.wrapped(s.d.argv("run", "--bundle", s.dir, s.id))
+	cmd.Dir = s.dir
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
+	err = cmd.Start()
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		return fmt.Errorf("%s run: %w", s.d.name, err)
+	}
+	s.runtime = make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(s.runtime)
+	}()
+	return nil
+}
+
+// stop kills the container and waits for the foreground runtime to reap it
+// and exit; whatever runtime state is left is deleted by force.
+func (s *Sandbox) stop(ctx context.Context) error {
+	if s.runtime != nil {
+		select {
+		case <-s.runtime:
+		default:
+			// The agent is the pid namespace's init: killing it ends every
+			// process in the container. Through a pidfd, so a recycled pid
+			// can never be hit; runsc's Sentry is killed by runsc.
+			if s.agentFD < 0 || unix.PidfdSendSignal(s.agentFD, unix.SIGKILL, nil, 0) != nil {
+				_ = s.d.run(ctx, 5*time.Second, "kill", s.id, "KILL")
+			}
+		}
+		select {
+		case <-s.runtime:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	if s.agentFD >= 0 {
+		unix.Close(s.agentFD)
+		s.agentFD = -1
+	}
+	if !s.d.exists(s.id) {
+		return nil
+	}
+	return s.d.destroy(ctx, s.id)
+}
+
+// ready waits until the agent answers a no-op job; for runc/crun it also
+// records the agent's host pid (the only process in the pool cgroup).
+func (s *Sandbox) ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rep, err := s.client.Do(ctx, agent.Job{ID: "ready"})
+	if err != nil {
+		return fmt.Errorf("agent did not answer: %w: %s", err, tail(s.stderr.Bytes(), 800))
+	}
+	if rep.Error != "" {
+		return fmt.Errorf("agent: %s", rep.Error)
+	}
+	if !s.b.gvisor {
+		pids := cgroupProcs(poolCgroup(s.id))
+		if len(pids) != 1 {
+			return fmt.Errorf("want exactly the agent in %s, found pids %v", poolCgroup(s.id), pids)
+		}
+		s.agentPID = pids[0]
+		fd, err := unix.PidfdOpen(s.agentPID, 0)
+		if err != nil {
+			return fmt.Errorf("pidfd of the agent: %w", err)
+		}
+		s.agentFD = fd // closed by stop, after its last use
+	}
+	return nil
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// Destroy implements sandbox.Sandbox: kill and delete the container, remove
+// its cgroups, mounts and scratch, and free its uid range. Idempotent; it
+// ignores ctx's cancellation (cleanup must finish).
+func (s *Sandbox) Destroy(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone {
+		return nil
+	}
+	s.gone = true
+	ctx = context.WithoutCancel(ctx)
+	var errs []error
+	for i := len(s.cleanup) - 1; i >= 0; i-- {
+		if err := s.cleanup[i](ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.tenant != nil {
+		// The runtime cannot know this group: kill what is left in it and
+		// make sure no hierarchy keeps it.
+		// The KeepOrphans positive control does not hunt down what escaped
+		// its (absent) pid namespace; its cgroup stays until Reconcile.
+		if s.b.weak != battery.KeepOrphans {
+			errs = append(errs, s.tenant.Destroy(ctx), removeCgroup(ctx, s.tenant.Path()))
+		}
+	}
+	if s.agentPID != 0 {
+		// The init's death takes its pid namespace with it (the kernel
+		// reaps every member first); only its own zombie, which the host's
+		// reaper collects, may outlive it.
+		errs = append(errs, waitDead(s.agentPID, 5*time.Second))
+	}
+	if s.lock != nil {
+		s.lock.Close()
+	}
+	if err := errors.Join(errs...); err != nil {
+		s.b.cfg.Logger.Warn("sandbox destroy", "id", s.id, "err", err)
+		return sandbox.Wrap(sandbox.BackendFailure, err, "%s: destroy %s", s.b.name, s.id)
+	}
+	return nil
+}
+
+// waitDead waits until pid has exited (gone or a zombie).
+func waitDead(pid int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return nil
+		}
+		// The state follows the parenthesised command name.
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X') {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("agent pid %d still alive", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// ID is the sandbox's container id (and cgroup leaf name).
+func (s *Sandbox) ID() string { return s.id }
+
+// lockedCapped is a sandbox.Capped safe for one writer and other readers.
+type lockedCapped struct {
+	mu sync.Mutex
+	c  sandbox.Capped
+}
+
+func (l *lockedCapped) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.c.Write(p)
+}
+
+// Bytes returns a copy of what was kept.
+func (l *lockedCapped) Bytes() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]byte(nil), l.c.Bytes()...)
+}

@@ -1,0 +1,149 @@
+package oci
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/wovyr/wovyr/battery"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// Weaknesses of OCI sandboxes beyond battery's shared ones, for the
+// positive controls of the container/gvisor probes only.
+const (
+	// Privileged: CAP_SYS_ADMIN in every set, no seccomp, no NNP.
+	Privileged battery.Weakness = "privileged"
+	// HostPIDAsRoot: no user and no pid namespace — host root in the
+	// host's process table (sandboxes can see and signal each other).
+	HostPIDAsRoot battery.Weakness = "host-pid-as-root"
+	// HostDevices: the host's /dev/kvm and /dev/mem passed through.
+	HostDevices battery.Weakness = "host-devices"
+	// Unmasked: no masked or read-only kernel paths.
+	Unmasked battery.Weakness = "unmasked"
+	// HostBind: the host's /etc bind-mounted at /host-etc.
+	HostBind battery.Weakness = "host-bind"
+	// WritableProcSys: /proc/sys neither masked nor read-only, and
+	// CAP_NET_ADMIN, so the sandbox's own network sysctls are writable.
+	WritableProcSys battery.Weakness = "writable-proc-sys"
+)
+
+// weaknesses this package can build.
+var weaknesses = []battery.Weakness{
+	battery.RunAsRoot, battery.NoRlimits, battery.InheritEnv, battery.SharedUID, battery.HostNetwork,
+	battery.NoPidsLimit, battery.NoMemoryLimit, battery.NoDiskQuota, battery.NoDeadline, battery.NoOutputCap,
+	battery.KeepOrphans, Privileged, HostPIDAsRoot, HostDevices, Unmasked, HostBind, WritableProcSys,
+}
+
+// Weakened implements battery.Weakener: a copy of b with one weakness, for
+// positive controls only. Its ConfigHash differs (configHash covers weak),
+// so it can never carry b's certification.
+func (b *Backend) Weakened(w battery.Weakness) (sandbox.Backend, error) {
+	for _, x := range weaknesses {
+		if x == w {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			c := &Backend{cfg: b.cfg, name: b.name, strength: b.strength, gvisor: b.gvisor,
+				agent: b.agent, run: b.run, driver: b.driver, weak: w}
+			if c.driver != nil && c.gvisor && w == battery.HostNetwork {
+				// runsc decides networking by flag, not by the spec.
+				d := *c.driver
+				d.flags = append([]string{}, d.flags...)
+				for i, f := range d.flags {
+					if f == "--network=none" {
+						d.flags[i] = "--network=host"
+					}
+				}
+				c.driver = &d
+			}
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("%s has no %q configuration", b.name, w)
+}
+
+// weakenSpec applies the backend's weakness to a generated spec.
+func weakenSpec(s *specs.Spec, w battery.Weakness) {
+	dropNS := func(types ...specs.LinuxNamespaceType) {
+		var keep []specs.LinuxNamespace
+		for _, n := range s.Linux.Namespaces {
+			drop := false
+			for _, t := range types {
+				drop = drop || n.Type == t
+			}
+			if !drop {
+				keep = append(keep, n)
+			}
+		}
+		s.Linux.Namespaces = keep
+	}
+	switch w {
+	case battery.RunAsRoot:
+		dropNS(specs.UserNamespace)
+		s.Linux.UIDMappings, s.Linux.GIDMappings = nil, nil
+	case HostPIDAsRoot, battery.KeepOrphans:
+		dropNS(specs.UserNamespace, specs.PIDNamespace)
+		s.Linux.UIDMappings, s.Linux.GIDMappings = nil, nil
+		// Without a pid namespace of its own, procfs is the host's.
+		for i := range s.Mounts {
+			if s.Mounts[i].Destination == "/proc" {
+				s.Mounts[i] = specs.Mount{Destination: "/proc", Type: "bind", Source: "/proc", Options: []string{"rbind", "nosuid", "nodev", "noexec"}}
+			}
+		}
+	case battery.HostNetwork:
+		dropNS(specs.NetworkNamespace)
+		for i := range s.Mounts {
+			if s.Mounts[i].Destination == "/sys" {
+				s.Mounts[i] = specs.Mount{Destination: "/sys", Type: "bind", Source: "/sys", Options: []string{"rbind", "nosuid", "nodev", "noexec", "ro"}}
+			}
+		}
+	case battery.NoRlimits:
+		s.Process.Rlimits = nil
+	case battery.NoPidsLimit:
+		s.Linux.Resources.Pids = nil
+		s.Process.Rlimits = dropRlimit(s.Process.Rlimits, "RLIMIT_NPROC")
+	case battery.NoMemoryLimit:
+		s.Linux.Resources.Memory = nil
+	case battery.NoDiskQuota:
+		s.Process.Rlimits = dropRlimit(s.Process.Rlimits, "RLIMIT_FSIZE")
+	case HostDevices:
+		for _, d := range []struct {
+			path         string
+			major, minor int64
+		}{{"/dev/kvm", 10, 232}, {"/dev/mem", 1, 1}} {
+			s.Linux.Devices = append(s.Linux.Devices, specs.LinuxDevice{Path: d.path, Type: "c", Major: d.major, Minor: d.minor, FileMode: fileMode(0o600)})
+			s.Linux.Resources.Devices = append(s.Linux.Resources.Devices, specs.LinuxDeviceCgroup{Allow: true, Type: "c", Major: &d.major, Minor: &d.minor, Access: "rwm"})
+		}
+	case Unmasked:
+		s.Linux.MaskedPaths, s.Linux.ReadonlyPaths = nil, nil
+	case WritableProcSys:
+		s.Linux.MaskedPaths, s.Linux.ReadonlyPaths = nil, nil
+		caps := []string{"CAP_NET_ADMIN"}
+		s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
+	case HostBind:
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/host-etc", Type: "bind", Source: "/etc", Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	case Privileged:
+		all := []string{"CAP_SYS_ADMIN"}
+		s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: all, Effective: all, Permitted: all}
+		s.Process.NoNewPrivileges = false
+		s.Linux.Seccomp = nil
+	}
+}
+
+func dropRlimit(ls []specs.POSIXRlimit, typ string) []specs.POSIXRlimit {
+	var out []specs.POSIXRlimit
+	for _, l := range ls {
+		if l.Type != typ {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// rootWeakness reports a weakness that runs the sandbox as host root.
+func rootWeakness(w battery.Weakness) bool {
+	return w == battery.RunAsRoot || w == HostPIDAsRoot || w == battery.KeepOrphans
+}
+
+func fileMode(m os.FileMode) *os.FileMode { return &m }

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/term"
+
+	"github.com/wovyr/wovyr/image"
+)
+
+// imageMain is `wovyr image build NAME | import SRC NAME | list | rm NAME`:
+// root filesystem templates for the container, gvisor and microvm
+// backends, under <state>/images.
+func imageMain(ctx context.Context, g *globals, args []string) int {
+	fs := flag.NewFlagSet("image", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: wovyr image build NAME (%v) | import SRC NAME | list | rm NAME\n", image.Builders)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	dir := filepath.Join(g.stateDir, "images")
+	a := fs.Args()
+	if len(a) == 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	var err error
+	switch {
+	case a[0] == "build" && len(a) == 2:
+		// Progress on a TTY; quiet otherwise (errors still say why).
+		var progress io.Writer
+		if term.IsTerminal(int(os.Stderr.Fd())) {
+			progress = os.Stderr
+		}
+		err = image.Build(ctx, a[1], dir, progress)
+	case a[0] == "import" && len(a) == 3:
+		err = image.Import(ctx, a[1], a[2], dir)
+	case a[0] == "list" && len(a) == 1:
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if image.Exists(dir, e.Name()) {
+				fmt.Println(e.Name())
+			}
+		}
+	case a[0] == "rm" && len(a) == 2:
+		err = image.Remove(dir, a[1])
+	default:
+		fs.Usage()
+		return exitUsage
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wovyr image:", err)
+		if errors.Is(err, image.ErrExists) {
+			return exitBadInput
+		}
+		return exitBackendFailure
+	}
+	return 0
+}
