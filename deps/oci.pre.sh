@@ -2,10 +2,13 @@
 # Installs the OCI runtimes for the container and gvisor backends on Debian 12.
 # runsc comes from bookworm-backports (the 2022 bookworm build lacks systrap and
 # breaks `ls -l`); the backports suite is added from the same mirror that the
-# existing apt sources use. Idempotent; run as root.
+# existing apt sources use. Idempotent (it does nothing once the backports
+# runsc is installed); run as root by scripts/install-deps before apt.
 set -eu
 export DEBIAN_FRONTEND=noninteractive
-here=$(dirname "$0")
+case "$(dpkg-query -W -f='${Version}' runsc 2>/dev/null || true)" in
+*bpo12*) exit 0 ;;
+esac
 
 mirror=""
 for f in /etc/apt/sources.list.d/*.sources; do
@@ -29,6 +32,5 @@ list=/etc/apt/sources.list.d/wovyr-bookworm-backports.list
 if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
 	echo "deb $mirror bookworm-backports main" >"$list"
 fi
-apt-get update -qq
-apt-get install -y -qq $(grep -v '^#' "$here/oci.apt")
-apt-get install -y -qq -t bookworm-backports runsc
+apt-get -o DPkg::Lock::Timeout=300 update -qq >&2
+apt-get -o DPkg::Lock::Timeout=300 install -y -qq -t bookworm-backports runsc >&2
