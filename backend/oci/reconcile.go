@@ -131,3 +131,8 @@ func ociCgroups() []string {
 	}
 	return out
 }
+
+// Reconcile removes what crashed sandboxes of this backend's state
+// directory left; the daemon calls it at start-up. Both OCI backends share
+// the state, so either one's Reconcile cleans both.
+func (b *Backend) Reconcile(ctx context.Context) (int, error) { return Reconcile(ctx, b.cfg.StateDir) }

@@ -11,7 +11,9 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/wovyr/wovyr/backend/microvm"
 	"github.com/wovyr/wovyr/image"
+	"github.com/wovyr/wovyr/vmimage"
 )
 
 // imageMain is `wovyr image build NAME | import SRC NAME | list | rm NAME`:
@@ -20,7 +22,7 @@ import (
 func imageMain(ctx context.Context, g *globals, args []string) int {
 	fs := flag.NewFlagSet("image", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: wovyr image build NAME (%v) | import SRC NAME | list | rm NAME\n", image.Builders)
+		fmt.Fprintf(fs.Output(), "usage: wovyr image build NAME (%v or microvm) | import SRC NAME | list | rm NAME\n", image.Builders)
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -41,6 +43,12 @@ func imageMain(ctx context.Context, g *globals, args []string) int {
 		var progress io.Writer
 		if term.IsTerminal(int(os.Stderr.Fd())) {
 			progress = os.Stderr
+		}
+		if a[1] == "microvm" {
+			// The VM image: guest kernel, initramfs with the agent, and
+			// the workload root disk.
+			_, err = microvm.BuildImage(ctx, g.stateDir, vmimage.Options{})
+			break
 		}
 		err = image.Build(ctx, a[1], dir, progress)
 	case a[0] == "import" && len(a) == 3:
