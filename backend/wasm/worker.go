@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/wovyr/wovyr/internal/wasmcapi"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -53,6 +55,15 @@ type worker struct {
 	in  io.Closer
 	enc *gob.Encoder
 	dec *gob.Decoder
+}
+
+// exited reports, without reaping it, whether the worker process has
+// ended: an idle worker killed from outside is a zombie until reaped, and
+// must not be handed a job.
+func (w *worker) exited() bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, w.cmd.Process.Pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return err != nil || info.Signo == int32(unix.SIGCHLD)
 }
 
 // kill ends the process and reaps it.
@@ -184,8 +195,12 @@ func (p *workers) run(ctx context.Context, job *workerJob) (*wasmcapi.Outcome, e
 		if err != nil {
 			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "wasm: start worker")
 		}
-		// An idle worker that died (its input is closed: EPIPE) never saw
-		// the job; take another.
+		// An idle worker that died never sees the job; take another.
+		if reused && nw.exited() {
+			nw.kill()
+			p.log.Warn("wasm: idle worker was gone", "pid", nw.cmd.Process.Pid)
+			continue
+		}
 		if err := nw.enc.Encode(job); err != nil {
 			nw.kill()
 			if reused {
