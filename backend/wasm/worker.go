@@ -45,8 +45,9 @@ type workerJob struct {
 
 // workerReply answers workerInit (Outcome nil) and each workerJob.
 type workerReply struct {
-	Outcome *wasmcapi.Outcome
-	Err     string
+	Accepted bool // the worker has the job and is about to run it
+	Outcome  *wasmcapi.Outcome
+	Err      string
 }
 
 // worker is one long-lived worker process, running one job at a time.
@@ -201,9 +202,15 @@ func (p *workers) run(ctx context.Context, job *workerJob) (*wasmcapi.Outcome, e
 			p.log.Warn("wasm: idle worker was gone", "pid", nw.cmd.Process.Pid)
 			continue
 		}
-		if err := nw.enc.Encode(job); err != nil {
+		var ack workerReply
+		err = nw.enc.Encode(job)
+		if err == nil {
+			err = nw.dec.Decode(&ack)
+		}
+		if err != nil || !ack.Accepted {
 			nw.kill()
 			if reused {
+				// It died while idle: the job never ran.
 				p.log.Warn("wasm: idle worker was gone", "pid", nw.cmd.Process.Pid, "err", err)
 				continue
 			}

@@ -45,6 +45,12 @@ func WorkerMain(ctx context.Context, in io.Reader, out io.Writer) int {
 			}
 			return ExitBackendFailure
 		}
+		// Acknowledge before running, so the parent can tell a worker that
+		// died idle (the job never ran: retry elsewhere) from one that died
+		// running it.
+		if err := enc.Encode(&workerReply{Accepted: true}); err != nil {
+			return ExitBackendFailure
+		}
 		r := b.runJob(&j, fds)
 		if err := enc.Encode(&r); err != nil {
 			return ExitBackendFailure
