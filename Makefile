@@ -22,7 +22,12 @@ build:
 demo: deps build
 	scripts/demo $(STATE)
 
+# The debootstrap base template the OCI tests run on, built once per machine
+# from the Debian mirror (the tests themselves never touch the network).
+TEST_STATE := /var/cache/wovyr-test/oci
+
 test: deps build
+	@test -d $(TEST_STATE)/images/base/rootfs || bin/wovyr --state-dir $(TEST_STATE) --guest $(CURDIR)/bin/wovyr-guest image build base
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 60m ./...
 	$(GO) test -count=1 -race -timeout 20m ./manager/... ./store/... ./agent/... ./pool/... ./autoscale/... ./sched/...
