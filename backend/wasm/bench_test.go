@@ -17,7 +17,7 @@ import (
 	"github.com/wovyr/wovyr/sandbox"
 )
 
-// Benchmarks for docs/BENCHMARKS-wasm.md. Run:
+// Benchmarks for docs/BENCHMARKS.md (wasm section). Run:
 //
 //	go test ./backend/wasm -run '^$' -bench . -benchtime 20000x -cpu 2
 
