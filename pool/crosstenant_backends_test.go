@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/wovyr/wovyr/backend/native"
+	"github.com/wovyr/wovyr/backend/oci"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
@@ -25,6 +26,12 @@ func tenantBackends() []tenantBackend {
 		// the host; B still cannot read it, since native gives every sandbox
 		// its own uid.
 		{name: "native-no-destroy-control", factory: deferDestroy(nativeFactory), residue: true},
+		{name: "container", factory: ociFactory(oci.NewContainer)},
+		{name: "gvisor", factory: ociFactory(oci.NewGVisor)},
+		{name: "microvm", factory: microvmFactory},
+		// wasm is not a row: its workloads are modules, not shell scripts.
+		// Every wasm invocation gets a fresh instance from the pooling
+		// allocator; backend/wasm's tests show nothing carries over.
 	}
 }
 
