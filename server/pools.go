@@ -68,6 +68,7 @@ func (s *Server) poolLoop(ctx context.Context) {
 type poolCollector struct {
 	g                                            *pool.Group
 	hits, misses, warm, live, failures, breakers *prometheus.Desc
+	acquire                                      *prometheus.Desc
 }
 
 func newPoolCollector(g *pool.Group) *poolCollector {
@@ -81,11 +82,13 @@ func newPoolCollector(g *pool.Group) *poolCollector {
 		live:     d("wovyr_pool_live", "Live sandboxes (warm and in use)."),
 		failures: d("wovyr_pool_create_failures_total", "Sandbox creations that failed."),
 		breakers: d("wovyr_pool_breaker_open", "1 while the pool's create-failure breaker is not closed."),
+		acquire: prometheus.NewDesc("wovyr_pool_acquire_seconds", "Acquire latency, warm (a ready sandbox) or cold (prepared on the spot).",
+			[]string{"backend", "template", "path"}, nil),
 	}
 }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.hits, c.misses, c.warm, c.live, c.failures, c.breakers} {
+	for _, d := range []*prometheus.Desc{c.hits, c.misses, c.warm, c.live, c.failures, c.breakers, c.acquire} {
 		ch <- d
 	}
 }
@@ -103,5 +106,14 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.live, prometheus.GaugeValue, float64(sn.Live), l...)
 		ch <- prometheus.MustNewConstMetric(c.failures, prometheus.CounterValue, float64(sn.CreateFailures), l...)
 		ch <- prometheus.MustNewConstMetric(c.breakers, prometheus.GaugeValue, open, l...)
+		for path, h := range map[string]pool.HistogramSnapshot{"warm": sn.AcquireWarm, "cold": sn.AcquireCold} {
+			buckets := make(map[float64]uint64, len(h.Bounds))
+			var cum uint64
+			for i, b := range h.Bounds {
+				cum += h.Counts[i]
+				buckets[b.Seconds()] = cum
+			}
+			ch <- prometheus.MustNewConstHistogram(c.acquire, h.Count, h.Sum.Seconds(), buckets, sn.Key.Backend, sn.Key.Template, path)
+		}
 	}
 }
