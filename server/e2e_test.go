@@ -269,7 +269,8 @@ func TestEndToEnd(t *testing.T) {
 	})
 	t.Run("backends and health", func(t *testing.T) {
 		sts, err := ops.Backends(ctx)
-		if err != nil || len(sts) != 1 || sts[0].Name != "native" || !sts[0].Certified || !sts[0].Capability.Available {
+		if err != nil || len(sts) != 2 || sts[0].Name != "native" || sts[1].Name != "wasm" ||
+			!sts[0].Certified || !sts[0].Capability.Available || !sts[1].Certified {
 			t.Fatalf("backends %+v %v", sts, err)
 		}
 		resp, body := h.raw("GET", "/v1/backends?probe=true", aliceToken, nil, nil)

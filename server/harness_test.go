@@ -20,6 +20,7 @@ import (
 	legacyrouter "github.com/getkin/kin-openapi/routers/legacy"
 
 	"github.com/wovyr/wovyr/backend/native"
+	"github.com/wovyr/wovyr/backend/wasm"
 	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/client"
@@ -67,6 +68,23 @@ var (
 	certRec  cert.Record
 	certErr  error
 )
+
+var (
+	wasmOnce    sync.Once
+	wasmRec     cert.Record
+	wasmCertErr error
+)
+
+// certifyWasm runs the wasm battery once per test binary (its record's key
+// depends on the backend's configuration only, not on the state dir).
+func certifyWasm(t testing.TB, b *wasm.Backend) cert.Record {
+	t.Helper()
+	wasmOnce.Do(func() { wasmRec, wasmCertErr = battery.Run(context.Background(), wasm.Suite(b), nil) })
+	if wasmCertErr != nil || !wasmRec.Passed {
+		t.Fatalf("wasm battery: %v %v", wasmCertErr, wasmRec.Failed())
+	}
+	return wasmRec
+}
 
 // certify runs the battery once per test binary; the record's key (backend
 // version, kernel, config hash) is the same for every harness's backend.
@@ -132,7 +150,19 @@ func newHarness(t testing.TB, cfg config.Config, dir string) *harness {
 	if testing.Verbose() {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	mgr, err := manager.New(manager.Config{Backends: []sandbox.Backend{nb}, Certs: st, Logger: log})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb, err := wasm.New(wasm.Config{StateDir: dir, Logger: slog.New(slog.DiscardHandler), Worker: []string{exe}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { wb.Close() })
+	if err := st.PutCert(certifyWasm(t, wb)); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := manager.New(manager.Config{Backends: []sandbox.Backend{nb, wb}, Certs: st, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,68 @@
+package server_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/wovyr/wovyr/backend/wasm"
+	"github.com/wovyr/wovyr/client"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// helloWat prints its argv count and "hi" through WASI fd_write.
+const helloWat = `(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "args_sizes_get" (func $args (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "hi\n")
+  (func (export "_start")
+    (drop (call $args (i32.const 32) (i32.const 36)))
+    ;; "hi" only when argc == 3
+    (if (i32.eq (i32.load (i32.const 32)) (i32.const 3))
+      (then
+        (i32.store (i32.const 0) (i32.const 16))
+        (i32.store (i32.const 4) (i32.const 3))
+        (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))))`
+
+// TestWasmOverAPI: a WASI module submitted over the API runs on the wasm
+// backend (the weakest certified one for trust internal) with its argv.
+func TestWasmOverAPI(t *testing.T) {
+	dir := t.TempDir()
+	src, out := filepath.Join(dir, "hello.wat"), filepath.Join(dir, "hello.wasm")
+	if err := os.WriteFile(src, []byte(helloWat), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command("wat2wasm", src, "-o", out).CombinedOutput(); err != nil {
+		t.Fatalf("wat2wasm (apt wabt): %v\n%s", err, b)
+	}
+	mod, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, testConfig(), "")
+	c := h.client(aliceToken)
+	inv := &sandbox.Invocation{
+		Workload: sandbox.Workload{Kind: sandbox.KindWasm, Module: mod, Argv: []string{"hello", "x", "y"}},
+		Policy:   sandbox.Policy{Trust: sandbox.Internal},
+	}
+	rec, err := c.Submit(context.Background(), inv, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != client.StateDone || rec.Result.Backend != "wasm" || string(rec.Result.Stdout) != "hi\n" {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+// TestMain lets this test binary double as the wasm backend's worker
+// process (what `wovyr wasm-worker` is in production).
+func TestMain(m *testing.M) {
+	if os.Getenv(wasm.WorkerEnv) != "" {
+		os.Exit(wasm.WorkerMain(context.Background(), os.Stdin, os.Stdout))
+	}
+	os.Exit(m.Run())
+}
