@@ -190,22 +190,28 @@ func readPids(file string) ([]int, error) {
 	return pids, nil
 }
 
-// Stats reads the group's accounting.
+// Stats reads the group's accounting: Usage plus the pids counters.
 func (g *Group) Stats() Stats {
+	s := g.Usage()
+	dir := g.ctrl("pids")
+	s.PidsMax = int(keyed(filepath.Join(dir, "pids.events"), "max"))
+	s.PeakPids = int(readInt(filepath.Join(dir, "pids.peak")))
+	return s
+}
+
+// Usage reads only what a finished run reports (peak memory, CPU, OOM
+// kills): three files instead of Stats' six, on every invocation's path.
+func (g *Group) Usage() Stats {
 	var s Stats
 	if g.v2 {
 		s.PeakMemory = readInt(filepath.Join(g.dirs[0], "memory.peak"))
 		s.CPU = time.Duration(keyed(filepath.Join(g.dirs[0], "cpu.stat"), "usage_usec")) * time.Microsecond
 		s.OOMKills = int(keyed(filepath.Join(g.dirs[0], "memory.events"), "oom_kill"))
-		s.PidsMax = int(keyed(filepath.Join(g.dirs[0], "pids.events"), "max"))
-		s.PeakPids = int(readInt(filepath.Join(g.dirs[0], "pids.peak")))
 		return s
 	}
 	s.PeakMemory = readInt(filepath.Join(g.ctrl("memory"), "memory.max_usage_in_bytes"))
 	s.CPU = time.Duration(readInt(filepath.Join(g.ctrl("cpuacct"), "cpuacct.usage")))
 	s.OOMKills = int(keyed(filepath.Join(g.ctrl("memory"), "memory.oom_control"), "oom_kill"))
-	s.PidsMax = int(keyed(filepath.Join(g.ctrl("pids"), "pids.events"), "max"))
-	s.PeakPids = int(readInt(filepath.Join(g.ctrl("pids"), "pids.peak")))
 	return s
 }
 

@@ -225,7 +225,7 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	}
 	drain.Wait()
 	res.Timings.Finished = time.Now()
-	st := s.group.Stats()
+	st := s.group.Usage()
 	res.Usage.CPU, res.Usage.PeakMemory = st.CPU, st.PeakMemory
 	res.Stdout, res.StdoutTruncated = stdout.Bytes(), stdout.Truncated
 	res.Stderr, res.StderrTruncated = stderr.Bytes(), stderr.Truncated
