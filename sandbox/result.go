@@ -1,6 +1,9 @@
 package sandbox
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // Result is what an invocation produced. Exactly one of "ran" (Class OK or a
 // workload-level class such as Timeout or OOM, with ExitCode/Signal) or
@@ -76,4 +79,28 @@ func (c *Capped) Bytes() []byte {
 		return []byte{}
 	}
 	return c.buf
+}
+
+// SharedCapped is a Capped that several writers (a process's stdout and
+// stderr, say) and readers may use at once.
+type SharedCapped struct {
+	mu sync.Mutex
+	c  Capped
+}
+
+// NewSharedCapped returns a SharedCapped keeping at most limit bytes.
+func NewSharedCapped(limit int64) *SharedCapped { return &SharedCapped{c: Capped{Limit: limit}} }
+
+// Write implements io.Writer; it never fails (see Capped.Write).
+func (s *SharedCapped) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.c.Write(p)
+}
+
+// Bytes returns a copy of what was kept.
+func (s *SharedCapped) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]byte(nil), s.c.Bytes()...)
 }

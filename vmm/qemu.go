@@ -1,7 +1,6 @@
 package vmm
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -224,7 +223,7 @@ func (q *QEMU) Start(ctx context.Context, s *Spec) (Machine, error) {
 	if keep == 0 {
 		keep = 64 << 10
 	}
-	m := &machine{cg: cg, done: make(chan struct{}), console: &lockedCapped{c: sandbox.Capped{Limit: keep}}, log: q.logger().With("vm", s.ID)}
+	m := &machine{cg: cg, done: make(chan struct{}), console: sandbox.NewSharedCapped(keep), log: q.logger().With("vm", s.ID)}
 	files, ports, err := openFiles(s)
 	if err != nil {
 		return fail(err, "open VM files")
@@ -292,7 +291,7 @@ type machine struct {
 	cg       *cgroup.Group
 	done     chan struct{}
 	waitErr  error
-	console  *lockedCapped
+	console  *sandbox.SharedCapped
 	ports    map[string]net.Conn
 	log      *slog.Logger
 	started  time.Time
@@ -354,24 +353,6 @@ func (m *machine) Kill() error {
 		m.log.Debug("vm stopped", "after", time.Since(m.started), "err", m.killErr)
 	})
 	return m.killErr
-}
-
-// lockedCapped is a sandbox.Capped shared by QEMU's stdout and stderr.
-type lockedCapped struct {
-	mu sync.Mutex
-	c  sandbox.Capped
-}
-
-func (l *lockedCapped) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.c.Write(p)
-}
-
-func (l *lockedCapped) Bytes() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return bytes.Clone(l.c.Bytes())
 }
 
 // rlimitArgs bound the VMM's descriptors and the size of any file it

@@ -35,10 +35,10 @@ type Sandbox struct {
 	slot     *slot
 	lock     *os.File // held while the sandbox lives (see locks.go)
 	client   *agent.Client
-	agentPID int           // host pid of the container init (container only)
-	agentFD  int           // pidfd of the agent, or -1
-	runtime  chan struct{} // closed when the foreground runtime has exited
-	stderr   *lockedCapped // the runtime's and agent's stderr, capped
+	agentPID int                   // host pid of the container init (container only)
+	agentFD  int                   // pidfd of the agent, or -1
+	runtime  chan struct{}         // closed when the foreground runtime has exited
+	stderr   *sandbox.SharedCapped // the runtime's and agent's stderr, capped
 
 	mu      sync.Mutex
 	used    bool
@@ -223,7 +223,7 @@ func (s *Sandbox) create(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.stderr = &lockedCapped{c: sandbox.Capped{Limit: 64 << 10}}
+	s.stderr = sandbox.NewSharedCapped(64 << 10)
 	go func() {
 		_, _ = io.Copy(s.stderr, errR)
 		errR.Close()
@@ -378,22 +378,3 @@ func waitDead(pid int, limit time.Duration) error {
 
 // ID is the sandbox's container id (and cgroup leaf name).
 func (s *Sandbox) ID() string { return s.id }
-
-// lockedCapped is a sandbox.Capped safe for one writer and other readers.
-type lockedCapped struct {
-	mu sync.Mutex
-	c  sandbox.Capped
-}
-
-func (l *lockedCapped) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.c.Write(p)
-}
-
-// Bytes returns a copy of what was kept.
-func (l *lockedCapped) Bytes() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]byte(nil), l.c.Bytes()...)
-}
