@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wovyr/wovyr/autoscale"
+	"github.com/wovyr/wovyr/backend/oci"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
@@ -15,14 +16,18 @@ type benchBackend struct {
 	name    string
 	factory func(testing.TB) Factory
 	argv    []string
+	// invocation, if set, replaces the command built from argv (wasm).
+	invocation func(testing.TB) *sandbox.Invocation
 }
 
 func benchBackends() []benchBackend {
 	return []benchBackend{
 		// null: Prepare and Run do nothing, so the numbers are the pool's own.
-		{"null", func(testing.TB) Factory { return nullFactory }, []string{"true"}},
-		{"procbox", func(testing.TB) Factory { return procboxFactory("") }, []string{"/bin/true"}},
-		{"native", newNativeFactory, []string{"/bin/true"}},
+		{"null", func(testing.TB) Factory { return nullFactory }, []string{"true"}, nil},
+		{"procbox", func(testing.TB) Factory { return procboxFactory("") }, []string{"/bin/true"}, nil},
+		{"native", newNativeFactory, []string{"/bin/true"}, nil},
+		{"wasm", wasmBenchFactory, nil, wasmBenchInvocation},
+		{"container", ociFactory(oci.NewContainer), []string{"/bin/true"}, nil},
 	}
 }
 
@@ -52,6 +57,9 @@ func BenchmarkAcquireRun(b *testing.B) {
 			defer p.Close(context.Background())
 			ctx := context.Background()
 			in := command("bench", []string{"PATH=/usr/bin:/bin"}, bb.argv...)
+			if bb.invocation != nil {
+				in = bb.invocation(b)
+			}
 			var acq, warm, cold []time.Duration
 			now := t0
 			refill := func() {

@@ -26,8 +26,8 @@ func tenantBackends() []tenantBackend {
 		// the host; B still cannot read it, since native gives every sandbox
 		// its own uid.
 		{name: "native-no-destroy-control", factory: deferDestroy(nativeFactory), residue: true},
-		{name: "container", factory: ociFactory(oci.NewContainer)},
-		{name: "gvisor", factory: ociFactory(oci.NewGVisor)},
+		{name: "container", factory: func(t *testing.T) Factory { return ociFactory(oci.NewContainer)(t) }},
+		{name: "gvisor", factory: func(t *testing.T) Factory { return ociFactory(oci.NewGVisor)(t) }},
 		{name: "microvm", factory: microvmFactory},
 		// wasm is not a row: its workloads are modules, not shell scripts.
 		// Every wasm invocation gets a fresh instance from the pooling

@@ -11,6 +11,7 @@ import (
 
 	"github.com/wovyr/wovyr/backend/microvm"
 	"github.com/wovyr/wovyr/backend/oci"
+	"github.com/wovyr/wovyr/backend/wasm"
 	"github.com/wovyr/wovyr/image"
 	"github.com/wovyr/wovyr/internal/vmtest"
 	"github.com/wovyr/wovyr/sandbox"
@@ -50,8 +51,8 @@ func testAgent(t testing.TB) string {
 }
 
 // ociFactory returns the row factory for the container or gvisor backend.
-func ociFactory(mk func(oci.Config) (*oci.Backend, error)) func(*testing.T) Factory {
-	return func(t *testing.T) Factory {
+func ociFactory(mk func(oci.Config) (*oci.Backend, error)) func(testing.TB) Factory {
+	return func(t testing.TB) Factory {
 		imgs := filepath.Join(ociState, "images")
 		if !image.Exists(imgs, "busybox") {
 			if err := image.Build(context.Background(), "busybox", imgs, nil); err != nil {
@@ -92,4 +93,28 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(filepath.Dir(agentPath))
 	}
 	os.Exit(code)
+}
+
+// wasmBenchFactory prepares sandboxes of an in-process wasm backend.
+func wasmBenchFactory(t testing.TB) Factory {
+	b, err := wasm.New(wasm.Config{StateDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return backendFactory(t, b, sandbox.Template{Kind: sandbox.KindWasm})
+}
+
+// wasmBenchInvocation runs the smallest WASI module: an empty _start.
+func wasmBenchInvocation(t testing.TB) *sandbox.Invocation {
+	// (module (memory (export "memory") 1) (func (export "_start")))
+	mod := []byte{0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
+		0x01, 0x04, 0x01, 0x60, 0x00, 0x00, // type: () -> ()
+		0x03, 0x02, 0x01, 0x00, // func 0: type 0
+		0x05, 0x03, 0x01, 0x00, 0x01, // memory: min 1
+		0x07, 0x13, 0x02, 0x06, 'm', 'e', 'm', 'o', 'r', 'y', 0x02, 0x00, 0x06, '_', 's', 't', 'a', 'r', 't', 0x00, 0x00,
+		0x0a, 0x04, 0x01, 0x02, 0x00, 0x0b, // code: empty body
+	}
+	return &sandbox.Invocation{Tenant: "bench", Policy: sandbox.Policy{Trust: sandbox.Internal},
+		Workload: sandbox.Workload{Kind: sandbox.KindWasm, Module: mod, Argv: []string{"noop"}}}
 }
