@@ -86,7 +86,9 @@ func kernelProbes(b *Backend) []battery.Probe {
 		{ID: 36, Weakness: HostPrivileged, Run: sysProbe("settimeofday (bad tz), adjtimex and clock_adjtime (bad tick), clock_settime (bad nsec)", []string{"sys", "clock"},
 			func(d map[string]string, _ bool) bool { return all(d, "", refused...) })},
 		{ID: 38, Weakness: HostPrivileged, Run: sysProbe("AF_PACKET raw/dgram, AF_INET/AF_INET6 SOCK_RAW, SOCK_PACKET", []string{"sys", "raw"},
-			func(d map[string]string, _ bool) bool { return all(d, "socket(", append([]string{"EAFNOSUPPORT", "EPROTONOSUPPORT"}, refused...)...) })},
+			func(d map[string]string, _ bool) bool {
+				return all(d, "socket(", append([]string{"EAFNOSUPPORT", "EPROTONOSUPPORT"}, refused...)...)
+			})},
 		{ID: 39, Weakness: Privileged, Run: sysProbe("every syscall number 0.."+strconv.Itoa(470)+" with zero arguments in restartable children", []string{"sweep"}, sweepSecure)},
 		{ID: 40, Weakness: Privileged, Run: sysProbe("getpid, unshare(0), keyctl through the x32 ABI (nr|0x40000000) and int 0x80", []string{"sys", "x32"},
 			func(d map[string]string, _ bool) bool {
