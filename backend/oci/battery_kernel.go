@@ -52,46 +52,46 @@ func kernelProbes(b *Backend) []battery.Probe {
 	}
 	ps := []battery.Probe{
 		{ID: 13, Weakness: HostPrivileged, Run: sysProbe("name_to_handle_at on /, open_by_handle_at with it and with Shocker's inode-2 handle", []string{"sys", "shocker"},
-			func(d map[string]string, _ bool) bool { return all(d, "open_by_handle_at", refused...) })},
+			func(d map[string]string) bool { return all(d, "open_by_handle_at", refused...) })},
 		{ID: 20, Weakness: HostPrivileged, Run: sysProbe("CVE-2022-0492: clone a user+mount+cgroup namespace, mount cgroup v1 rdma/misc/memory, rewrite release_agent", []string{"sys", "cgroup-release"},
-			func(d map[string]string, _ bool) bool { return all(d, "clone(", refused...) })},
+			func(d map[string]string) bool { return all(d, "clone(", refused...) })},
 		{ID: 25, Weakness: Privileged, Run: sysProbe("make a setuid-root copy of the prober, try a file capability on it, exec it and read CapEff", []string{"sys", "setuid"},
-			func(d map[string]string, _ bool) bool {
+			func(d map[string]string) bool {
 				return d["CapEff"] == "0000000000000000" && slices.Contains(append([]string{"ENOTSUP"}, refused...), d["setxattr(security.capability)"])
 			})},
 		{ID: 28, Weakness: HostPIDAsRoot, Run: ptraceProbe},
 		{ID: 29, Weakness: Privileged, Run: sysProbe("keyctl GET_KEYRING_ID of @u/@us/@s, add_key, read /proc/keys", []string{"sys", "keyring"},
-			func(d map[string]string, _ bool) bool {
+			func(d map[string]string) bool {
 				k := d["/proc/keys"]
 				return all(d, "keyctl(", refused...) && all(d, "add_key(", refused...) &&
 					(strings.HasSuffix(k, " lines=0") || strings.HasPrefix(k, "ENOENT"))
 			})},
 		{ID: 30, Weakness: HostPrivileged, Run: sysProbe("bpf MAP_CREATE (array) and PROG_LOAD (socket filter)", []string{"sys", "bpf"},
-			func(d map[string]string, _ bool) bool { return all(d, "bpf(", refused...) })},
+			func(d map[string]string) bool { return all(d, "bpf(", refused...) })},
 		{ID: 31, Weakness: Privileged, Run: sysProbe("userfaultfd, plain and UFFD_USER_MODE_ONLY", []string{"sys", "userfaultfd"},
-			func(d map[string]string, _ bool) bool { return all(d, "userfaultfd(", refused...) })},
+			func(d map[string]string) bool { return all(d, "userfaultfd(", refused...) })},
 		{ID: 32, Weakness: HostPrivileged, Run: sysProbe("io_uring_setup with 4 entries", []string{"sys", "io_uring"},
-			func(d map[string]string, _ bool) bool { return all(d, "io_uring", refused...) })},
+			func(d map[string]string) bool { return all(d, "io_uring", refused...) })},
 		{ID: 33, Weakness: Privileged, Run: sysProbe("perf_event_open of a user-only software counter on itself", []string{"sys", "perf"},
-			func(d map[string]string, _ bool) bool { return all(d, "perf_event_open", refused...) })},
+			func(d map[string]string) bool { return all(d, "perf_event_open", refused...) })},
 		{ID: 34, Weakness: HostPrivileged, Run: sysProbe("init_module, finit_module, socket() of 25 exotic families; host /proc/modules before and after", []string{"sys", "modules"},
-			func(d map[string]string, _ bool) bool {
+			func(d map[string]string) bool {
 				return all(d, "init_module", refused...) && all(d, "finit_module", refused...) &&
 					all(d, "socket(", append([]string{"EAFNOSUPPORT", "EINVAL"}, refused...)...)
 			})},
 		{ID: 35, Weakness: HostPrivileged, Run: sysProbe("kexec_load, reboot, swapon, acct (each invalid past the permission check), syslog SIZE_BUFFER, open /dev/kmsg", []string{"sys", "boot"},
-			func(d map[string]string, _ bool) bool {
+			func(d map[string]string) bool {
 				return all(d, "", append([]string{"ENOENT"}, refused...)...) && slices.Contains(refused, d["swapon"]) && slices.Contains(refused, d["acct"])
 			})},
 		{ID: 36, Weakness: HostPrivileged, Run: sysProbe("settimeofday (bad tz), adjtimex and clock_adjtime (bad tick), clock_settime (bad nsec)", []string{"sys", "clock"},
-			func(d map[string]string, _ bool) bool { return all(d, "", refused...) })},
+			func(d map[string]string) bool { return all(d, "", refused...) })},
 		{ID: 38, Weakness: HostPrivileged, Run: sysProbe("AF_PACKET raw/dgram, AF_INET/AF_INET6 SOCK_RAW, SOCK_PACKET", []string{"sys", "raw"},
-			func(d map[string]string, _ bool) bool {
+			func(d map[string]string) bool {
 				return all(d, "socket(", append([]string{"EAFNOSUPPORT", "EPROTONOSUPPORT"}, refused...)...)
 			})},
-		{ID: 39, Weakness: Privileged, Run: sysProbe("every syscall number 0.."+strconv.Itoa(470)+" with zero arguments in restartable children", []string{"sweep"}, sweepSecure)},
+		{ID: 39, Weakness: Privileged, Run: sysProbe("every syscall number 0..470 with zero arguments in restartable children", []string{"sweep"}, sweepSecure)},
 		{ID: 40, Weakness: Privileged, Run: sysProbe("getpid, unshare(0), keyctl through the x32 ABI (nr|0x40000000) and int 0x80", []string{"sys", "x32"},
-			func(d map[string]string, _ bool) bool {
+			func(d map[string]string) bool {
 				return all(d, "x32 ", refused...) && all(d, "int80 unshare", refused...) && all(d, "int80 keyctl", refused...)
 			})},
 	}
@@ -136,7 +136,7 @@ var sweepDangerous = []string{"syslog", "mount", "umount2", "swapon", "swapoff",
 	"io_uring_setup", "io_uring_enter", "io_uring_register", "open_tree", "move_mount", "fsopen", "fsconfig",
 	"fsmount", "fspick", "mount_setattr", "vhangup"}
 
-func sweepSecure(d map[string]string, _ bool) bool {
+func sweepSecure(d map[string]string) bool {
 	for _, n := range sweepDangerous {
 		if !slices.Contains(refused, d[n]) {
 			return false
@@ -152,14 +152,14 @@ func sweepSecure(d map[string]string, _ bool) bool {
 func ptraceProbe(ctx context.Context, t battery.Target) battery.Observation {
 	pid := strconv.Itoa(os.Getpid())
 	return sysProbe("ptrace SEIZE, process_vm_readv and kill(0) of a host pid (the certifier's, "+pid+")", []string{"sys", "ptrace", pid},
-		func(d map[string]string, _ bool) bool {
+		func(d map[string]string) bool {
 			return d["ptrace(SEIZE)"] == "ESRCH" && d["process_vm_readv"] == "ESRCH" && d["kill(0)"] == "ESRCH"
 		})(ctx, t)
 }
 
 // sysProbe runs the prober with args in a fresh sandbox and judges its
-// report's data with secure (given whether the backend is gVisor).
-func sysProbe(tried string, args []string, secure func(d map[string]string, gvisor bool) bool) func(context.Context, battery.Target) battery.Observation {
+// report's data with secure.
+func sysProbe(tried string, args []string, secure func(d map[string]string) bool) func(context.Context, battery.Target) battery.Observation {
 	return func(ctx context.Context, t battery.Target) battery.Observation {
 		obs := battery.Observation{Tried: tried}
 		s, err := prepared(ctx, t)
@@ -189,7 +189,7 @@ func sysProbe(tried string, args []string, secure func(d map[string]string, gvis
 		}
 		obs.Observed = strings.Join(parts, " ")
 		after, _ := os.ReadFile("/proc/modules")
-		obs.Secure = rep.Errno == "" && secure(rep.Data, s.b.gvisor) && bytes.Equal(modules, after)
+		obs.Secure = rep.Errno == "" && secure(rep.Data) && bytes.Equal(modules, after)
 		if !bytes.Equal(modules, after) {
 			obs.Observed += " (host /proc/modules changed)"
 		}
