@@ -3,6 +3,7 @@ package oci
 import (
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
@@ -27,13 +28,19 @@ const (
 	// WritableProcSys: /proc/sys neither masked nor read-only, and
 	// CAP_NET_ADMIN, so the sandbox's own network sysctls are writable.
 	WritableProcSys battery.Weakness = "writable-proc-sys"
+	// HostPrivileged: host root (no user namespace), every capability, no
+	// seccomp, no NNP — `--privileged` without the host's devices; runsc
+	// also gets --net-raw and --iouring. The kernel-surface probes' control:
+	// their attempts are harmless even here (invalid past the permission
+	// check, or objects that die with the sandbox).
+	HostPrivileged battery.Weakness = "host-privileged"
 )
 
 // weaknesses this package can build.
 var weaknesses = []battery.Weakness{
 	battery.RunAsRoot, battery.NoRlimits, battery.InheritEnv, battery.SharedUID, battery.HostNetwork,
 	battery.NoPidsLimit, battery.NoMemoryLimit, battery.NoDiskQuota, battery.NoDeadline, battery.NoOutputCap,
-	battery.KeepOrphans, Privileged, HostPIDAsRoot, HostDevices, Unmasked, HostBind, WritableProcSys,
+	battery.KeepOrphans, Privileged, HostPIDAsRoot, HostDevices, Unmasked, HostBind, WritableProcSys, HostPrivileged,
 }
 
 // Weakened implements battery.Weakener: a copy of b with one weakness, for
@@ -46,6 +53,11 @@ func (b *Backend) Weakened(w battery.Weakness) (sandbox.Backend, error) {
 			defer b.mu.Unlock()
 			c := &Backend{cfg: b.cfg, name: b.name, strength: b.strength, gvisor: b.gvisor,
 				agent: b.agent, run: b.run, driver: b.driver, weak: w}
+			if c.driver != nil && c.gvisor && w == HostPrivileged {
+				d := *c.driver
+				d.flags = append(slices.Clone(d.flags), "--net-raw", "--iouring")
+				c.driver = &d
+			}
 			if c.driver != nil && c.gvisor && w == battery.HostNetwork {
 				// runsc decides networking by flag, not by the spec.
 				d := *c.driver
@@ -123,6 +135,13 @@ func weakenSpec(s *specs.Spec, w battery.Weakness) {
 		s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
 	case HostBind:
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/host-etc", Type: "bind", Source: "/etc", Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	case HostPrivileged:
+		dropNS(specs.UserNamespace)
+		s.Linux.UIDMappings, s.Linux.GIDMappings = nil, nil
+		all := allCaps()
+		s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: all, Effective: all, Permitted: all}
+		s.Process.NoNewPrivileges = false
+		s.Linux.Seccomp = nil
 	case Privileged:
 		all := []string{"CAP_SYS_ADMIN"}
 		s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: all, Effective: all, Permitted: all}
@@ -143,7 +162,19 @@ func dropRlimit(ls []specs.POSIXRlimit, typ string) []specs.POSIXRlimit {
 
 // rootWeakness reports a weakness that runs the sandbox as host root.
 func rootWeakness(w battery.Weakness) bool {
-	return w == battery.RunAsRoot || w == HostPIDAsRoot || w == battery.KeepOrphans
+	return w == battery.RunAsRoot || w == HostPIDAsRoot || w == battery.KeepOrphans || w == HostPrivileged
+}
+
+// allCaps is every capability but CAP_SYS_RESOURCE, which these hosts
+// drop from every process's bounding set (so no runtime can grant it).
+func allCaps() []string {
+	return []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
+		"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_LINUX_IMMUTABLE", "CAP_NET_BIND_SERVICE", "CAP_NET_BROADCAST",
+		"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_IPC_LOCK", "CAP_IPC_OWNER", "CAP_SYS_MODULE", "CAP_SYS_RAWIO",
+		"CAP_SYS_CHROOT", "CAP_SYS_PTRACE", "CAP_SYS_PACCT", "CAP_SYS_ADMIN", "CAP_SYS_BOOT", "CAP_SYS_NICE",
+		"CAP_SYS_TIME", "CAP_SYS_TTY_CONFIG", "CAP_MKNOD", "CAP_LEASE", "CAP_AUDIT_WRITE",
+		"CAP_AUDIT_CONTROL", "CAP_SETFCAP", "CAP_MAC_OVERRIDE", "CAP_MAC_ADMIN", "CAP_SYSLOG", "CAP_WAKE_ALARM",
+		"CAP_BLOCK_SUSPEND", "CAP_AUDIT_READ", "CAP_PERFMON", "CAP_BPF", "CAP_CHECKPOINT_RESTORE"}
 }
 
 func fileMode(m os.FileMode) *os.FileMode { return &m }

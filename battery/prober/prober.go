@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"sort"
 	"strconv"
 )
@@ -31,7 +32,7 @@ type Func func(args []string) Report
 
 // Probes lists every in-sandbox probe by name.
 func Probes() map[string]Func {
-	return map[string]Func{
+	m := map[string]Func{
 		"forkbomb": forkBomb,
 		"memhog":   memHog,
 		"diskfill": diskFill,
@@ -49,6 +50,8 @@ func Probes() map[string]Func {
 		"peek":     peek,
 		"listen":   listen,
 	}
+	maps.Copy(m, kernelProbes())
+	return m
 }
 
 // Main runs the probe named by args[0] and prints its report. It returns
