@@ -83,12 +83,15 @@ func Suite(b *Backend, image string) battery.Suite {
 		p.Backends = []string{b.name}
 		probes = append(probes, p)
 	}
+	fsps, fsNA := fsProbes(b)
+	probes = append(probes, fsps...)
 	const noNet = "the sandbox has a loopback-only network namespace and allowlists are refused (Capability.Egress=false); every egress row reduces to row 70"
 	const noSnap = "sandboxes are single-use and never snapshotted yet (residue across tenants: rows 48 and 60)"
 	na := map[int]string{
 		59: noNet,
 		23: "invocations carry no annotations: the spec is generated whole by wovyr, and row 6 rejects runtime-steering annotations in it",
 	}
+	maps.Copy(na, fsNA)
 	for id := 71; id <= 84; id++ {
 		na[id] = noNet
 	}

@@ -233,7 +233,15 @@ func (s *Sandbox) create(ctx context.Context) error {
 	// it dies and deletes the container itself, where a detached one
 	// would leave the reaping to the host's init (runsc then polls it for
 	// a second). It is not bound to ctx, which bounds only this call.
-	cmd := s.d.wrapped(s.d.argv("run", "--bundle", s.dir, s.id))
+	extra, leak, err := s.b.leakFD()
+	if err != nil {
+		return err
+	}
+	cmd := s.d.wrapped(s.d.argv(append(append([]string{"run"}, extra...), "--bundle", s.dir, s.id)...))
+	if leak != nil {
+		defer leak.Close()
+		cmd.ExtraFiles = []*os.File{leak}
+	}
 	cmd.Dir = s.dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}

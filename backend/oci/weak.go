@@ -27,6 +27,11 @@ const (
 	// WritableProcSys: /proc/sys neither masked nor read-only, and
 	// CAP_NET_ADMIN, so the sandbox's own network sysctls are writable.
 	WritableProcSys battery.Weakness = "writable-proc-sys"
+	// LeakedDirFD: the runtime hands the container's init an open fd of
+	// the host's /etc (runc's CVE-2024-21626 leak, made on purpose).
+	LeakedDirFD battery.Weakness = "leaked-dir-fd"
+	// OpenDeviceCgroup: the device cgroup allows every device.
+	OpenDeviceCgroup battery.Weakness = "open-device-cgroup"
 )
 
 // weaknesses this package can build.
@@ -34,6 +39,7 @@ var weaknesses = []battery.Weakness{
 	battery.RunAsRoot, battery.NoRlimits, battery.InheritEnv, battery.SharedUID, battery.HostNetwork,
 	battery.NoPidsLimit, battery.NoMemoryLimit, battery.NoDiskQuota, battery.NoDeadline, battery.NoOutputCap,
 	battery.KeepOrphans, Privileged, HostPIDAsRoot, HostDevices, Unmasked, HostBind, WritableProcSys,
+	LeakedDirFD, OpenDeviceCgroup,
 }
 
 // Weakened implements battery.Weakener: a copy of b with one weakness, for
@@ -121,6 +127,8 @@ func weakenSpec(s *specs.Spec, w battery.Weakness) {
 		s.Linux.MaskedPaths, s.Linux.ReadonlyPaths = nil, nil
 		caps := []string{"CAP_NET_ADMIN"}
 		s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
+	case OpenDeviceCgroup:
+		s.Linux.Resources.Devices = []specs.LinuxDeviceCgroup{{Allow: true, Access: "rwm"}}
 	case HostBind:
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/host-etc", Type: "bind", Source: "/etc", Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 	case Privileged:
@@ -147,3 +155,19 @@ func rootWeakness(w battery.Weakness) bool {
 }
 
 func fileMode(m os.FileMode) *os.FileMode { return &m }
+
+// leakFD returns, for the LeakedDirFD control only, the extra runtime flags
+// and file that pass the host's /etc to the container as fd 3.
+func (b *Backend) leakFD() ([]string, *os.File, error) {
+	if b.weak != LeakedDirFD {
+		return nil, nil, nil
+	}
+	f, err := os.Open("/etc")
+	if err != nil {
+		return nil, nil, err
+	}
+	if b.gvisor {
+		return []string{"--pass-fd", "3:3"}, f, nil
+	}
+	return []string{"--preserve-fds", "1"}, f, nil
+}
