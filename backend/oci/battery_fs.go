@@ -22,6 +22,9 @@ func fsProbes(b *Backend) ([]battery.Probe, map[int]string) {
 	ps := []battery.Probe{
 		{ID: 3, Weakness: HostBind, Run: probeRoot},
 		{ID: 4, Weakness: LeakedDirFD, Run: probeHostFDs},
+		{ID: 14, Weakness: FollowLinks, Run: probeLinks},
+		{ID: 15, Weakness: FollowLinks, Run: probeExchangeRace},
+		{ID: 18, Weakness: WritableRuntimeCopy, Run: probeRuntimeOverwrite},
 	}
 	if b.gvisor {
 		// runsc refuses to donate a host directory (--pass-fd: "importing

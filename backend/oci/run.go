@@ -233,6 +233,9 @@ func (s *Sandbox) collect(paths []string, lim sandbox.Limits) ([]sandbox.File, e
 	total := int64(0)
 	for _, p := range paths {
 		f, err := root.OpenFile(p, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+		if s.b.weak == FollowLinks {
+			f, err = os.Open(filepath.Join(s.dir, "rootfs", workDir, p)) // positive control only
+		}
 		if err != nil {
 			continue // absent or escaping: not collected
 		}

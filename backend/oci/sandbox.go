@@ -178,6 +178,9 @@ func (s *Sandbox) writeSpec() error {
 		return err
 	}
 	weakenSpec(spec, s.b.weak)
+	if err := s.weakFiles(spec); err != nil {
+		return err
+	}
 	js, err := json.MarshalIndent(spec, "", "\t")
 	if err != nil {
 		return err

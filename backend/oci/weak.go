@@ -3,6 +3,7 @@ package oci
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
@@ -32,6 +33,12 @@ const (
 	LeakedDirFD battery.Weakness = "leaked-dir-fd"
 	// OpenDeviceCgroup: the device cgroup allows every device.
 	OpenDeviceCgroup battery.Weakness = "open-device-cgroup"
+	// FollowLinks: Collect opens workspace paths following symlinks.
+	FollowLinks battery.Weakness = "follow-links"
+	// WritableRuntimeCopy: a copy of the runtime binary (never the real
+	// one) bind-mounted writable at /.wovyr/runtime, owned by the
+	// sandbox's root — what CVE-2019-5736 needs.
+	WritableRuntimeCopy battery.Weakness = "writable-runtime-copy"
 )
 
 // weaknesses this package can build.
@@ -39,7 +46,7 @@ var weaknesses = []battery.Weakness{
 	battery.RunAsRoot, battery.NoRlimits, battery.InheritEnv, battery.SharedUID, battery.HostNetwork,
 	battery.NoPidsLimit, battery.NoMemoryLimit, battery.NoDiskQuota, battery.NoDeadline, battery.NoOutputCap,
 	battery.KeepOrphans, Privileged, HostPIDAsRoot, HostDevices, Unmasked, HostBind, WritableProcSys,
-	LeakedDirFD, OpenDeviceCgroup,
+	LeakedDirFD, OpenDeviceCgroup, FollowLinks, WritableRuntimeCopy,
 }
 
 // Weakened implements battery.Weakener: a copy of b with one weakness, for
@@ -170,4 +177,32 @@ func (b *Backend) leakFD() ([]string, *os.File, error) {
 		return []string{"--pass-fd", "3:3"}, f, nil
 	}
 	return []string{"--preserve-fds", "1"}, f, nil
+}
+
+// runtimeCopyPath is where WritableRuntimeCopy mounts the copy.
+const runtimeCopyPath = "/.wovyr/runtime"
+
+// weakFiles prepares what a weakness needs on the host beyond the spec: for
+// WritableRuntimeCopy, a copy of the runtime binary in the sandbox's
+// scratch (removed with it) and its writable bind mount.
+func (s *Sandbox) weakFiles(spec *specs.Spec) error {
+	if s.b.weak != WritableRuntimeCopy {
+		return nil
+	}
+	src, err := os.ReadFile(s.d.path)
+	if err != nil {
+		return err
+	}
+	cp := filepath.Join(s.dir, "runtime-copy")
+	if err := os.WriteFile(cp, src, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chown(cp, int(s.slot.ids.HostUID), int(s.slot.ids.HostGID)); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, "rootfs", runtimeCopyPath), nil, 0o555); err != nil {
+		return err
+	}
+	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: runtimeCopyPath, Type: "bind", Source: cp, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+	return nil
 }

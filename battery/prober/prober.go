@@ -48,6 +48,7 @@ func Probes() map[string]Func {
 		"canary":   canary,
 		"peek":     peek,
 		"listen":   listen,
+		"exchange": exchange,
 	}
 }
 
