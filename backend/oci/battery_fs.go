@@ -25,6 +25,9 @@ func fsProbes(b *Backend) ([]battery.Probe, map[int]string) {
 		{ID: 14, Weakness: FollowLinks, Run: probeLinks},
 		{ID: 15, Weakness: FollowLinks, Run: probeExchangeRace},
 		{ID: 18, Weakness: WritableRuntimeCopy, Run: probeRuntimeOverwrite},
+		{ID: 46, Weakness: SharedIPC, Run: probeIPC},
+		{ID: 56, Weakness: battery.NoRlimits, Run: probeKernelObjects},
+		{ID: 57, Weakness: battery.NoPidsLimit, Run: probeThreads},
 	}
 	if b.gvisor {
 		// runsc refuses to donate a host directory (--pass-fd: "importing

@@ -39,6 +39,9 @@ const (
 	// one) bind-mounted writable at /.wovyr/runtime, owned by the
 	// sandbox's root — what CVE-2019-5736 needs.
 	WritableRuntimeCopy battery.Weakness = "writable-runtime-copy"
+	// SharedIPC: no IPC namespace of its own, and one /dev/shm directory
+	// (<run>/wovyr-weak-shm) shared by every sandbox of the configuration.
+	SharedIPC battery.Weakness = "shared-ipc"
 )
 
 // weaknesses this package can build.
@@ -46,7 +49,7 @@ var weaknesses = []battery.Weakness{
 	battery.RunAsRoot, battery.NoRlimits, battery.InheritEnv, battery.SharedUID, battery.HostNetwork,
 	battery.NoPidsLimit, battery.NoMemoryLimit, battery.NoDiskQuota, battery.NoDeadline, battery.NoOutputCap,
 	battery.KeepOrphans, Privileged, HostPIDAsRoot, HostDevices, Unmasked, HostBind, WritableProcSys,
-	LeakedDirFD, OpenDeviceCgroup, FollowLinks, WritableRuntimeCopy,
+	LeakedDirFD, OpenDeviceCgroup, FollowLinks, WritableRuntimeCopy, SharedIPC,
 }
 
 // Weakened implements battery.Weakener: a copy of b with one weakness, for
@@ -136,6 +139,16 @@ func weakenSpec(s *specs.Spec, w battery.Weakness) {
 		s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
 	case OpenDeviceCgroup:
 		s.Linux.Resources.Devices = []specs.LinuxDeviceCgroup{{Allow: true, Access: "rwm"}}
+	case SharedIPC:
+		dropNS(specs.IPCNamespace)
+		// An mqueue fs can only be mounted from its own IPC namespace.
+		var keep []specs.Mount
+		for _, m := range s.Mounts {
+			if m.Destination != "/dev/mqueue" {
+				keep = append(keep, m)
+			}
+		}
+		s.Mounts = keep
 	case HostBind:
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/host-etc", Type: "bind", Source: "/etc", Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 	case Privileged:
@@ -179,6 +192,10 @@ func (b *Backend) leakFD() ([]string, *os.File, error) {
 	return []string{"--preserve-fds", "1"}, f, nil
 }
 
+// sharedShmDir is SharedIPC's /dev/shm, under the run directory; Reconcile
+// removes it.
+const sharedShmDir = "wovyr-weak-shm"
+
 // runtimeCopyPath is where WritableRuntimeCopy mounts the copy.
 const runtimeCopyPath = "/.wovyr/runtime"
 
@@ -186,6 +203,21 @@ const runtimeCopyPath = "/.wovyr/runtime"
 // WritableRuntimeCopy, a copy of the runtime binary in the sandbox's
 // scratch (removed with it) and its writable bind mount.
 func (s *Sandbox) weakFiles(spec *specs.Spec) error {
+	if s.b.weak == SharedIPC {
+		shm := filepath.Join(s.b.run, sharedShmDir)
+		if err := os.MkdirAll(shm, 0o755); err != nil {
+			return err
+		}
+		if err := os.Chmod(shm, 0o1777); err != nil {
+			return err
+		}
+		for i := range spec.Mounts {
+			if spec.Mounts[i].Destination == "/dev/shm" {
+				spec.Mounts[i] = specs.Mount{Destination: "/dev/shm", Type: "bind", Source: shm, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}}
+			}
+		}
+		return nil
+	}
 	if s.b.weak != WritableRuntimeCopy {
 		return nil
 	}

@@ -49,6 +49,10 @@ func Probes() map[string]Func {
 		"peek":     peek,
 		"listen":   listen,
 		"exchange": exchange,
+		"ipcput":   ipcPut,
+		"ipcget":   ipcGet,
+		"kgrow":    kgrow,
+		"threads":  threads,
 	}
 }
 
