@@ -25,6 +25,7 @@ func fsProbes(b *Backend) ([]battery.Probe, map[int]string) {
 		{ID: 14, Weakness: FollowLinks, Run: probeLinks},
 		{ID: 15, Weakness: FollowLinks, Run: probeExchangeRace},
 		{ID: 18, Weakness: WritableRuntimeCopy, Run: probeRuntimeOverwrite},
+		{ID: 16, Weakness: NaiveRootfs, Run: probeMountTargets},
 		{ID: 46, Weakness: SharedIPC, Run: probeIPC},
 		{ID: 56, Weakness: battery.NoRlimits, Run: probeKernelObjects},
 		{ID: 57, Weakness: battery.NoPidsLimit, Run: probeThreads},
@@ -41,6 +42,7 @@ func fsProbes(b *Backend) ([]battery.Probe, map[int]string) {
 			battery.Probe{ID: 21, Weakness: OpenDeviceCgroup, Run: probeDeviceCgroup})
 	}
 	if b.gvisor {
+		na[7] = hostHygiene()
 		na[19] = "the Sentry never hands the workload a host fd: runsc's only way to donate one (--pass-fd) refuses a host directory (\"importing fds: operation not permitted\"), so no configuration can leak the directory fd CVE-2024-21626 needs"
 	}
 	for i := range ps {

@@ -42,6 +42,9 @@ const (
 	// SharedIPC: no IPC namespace of its own, and one /dev/shm directory
 	// (<run>/wovyr-weak-shm) shared by every sandbox of the configuration.
 	SharedIPC battery.Weakness = "shared-ipc"
+	// NaiveRootfs: the host makes the agent's mount point in the
+	// assembled root following the template's symlinks.
+	NaiveRootfs battery.Weakness = "naive-rootfs"
 )
 
 // weaknesses this package can build.
@@ -49,7 +52,7 @@ var weaknesses = []battery.Weakness{
 	battery.RunAsRoot, battery.NoRlimits, battery.InheritEnv, battery.SharedUID, battery.HostNetwork,
 	battery.NoPidsLimit, battery.NoMemoryLimit, battery.NoDiskQuota, battery.NoDeadline, battery.NoOutputCap,
 	battery.KeepOrphans, Privileged, HostPIDAsRoot, HostDevices, Unmasked, HostBind, WritableProcSys,
-	LeakedDirFD, OpenDeviceCgroup, FollowLinks, WritableRuntimeCopy, SharedIPC,
+	LeakedDirFD, OpenDeviceCgroup, FollowLinks, WritableRuntimeCopy, SharedIPC, NaiveRootfs,
 }
 
 // Weakened implements battery.Weakener: a copy of b with one weakness, for
