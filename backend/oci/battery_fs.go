@@ -26,6 +26,7 @@ func fsProbes(b *Backend) ([]battery.Probe, map[int]string) {
 		{ID: 15, Weakness: FollowLinks, Run: probeExchangeRace},
 		{ID: 18, Weakness: WritableRuntimeCopy, Run: probeRuntimeOverwrite},
 		{ID: 16, Weakness: NaiveRootfs, Run: probeMountTargets},
+		{ID: 22, Weakness: ExecHealthCheck, Run: probeToolHijack},
 		{ID: 46, Weakness: SharedIPC, Run: probeIPC},
 		{ID: 56, Weakness: battery.NoRlimits, Run: probeKernelObjects},
 		{ID: 57, Weakness: battery.NoPidsLimit, Run: probeThreads},

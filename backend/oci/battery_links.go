@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wovyr/wovyr/agent"
 	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -171,5 +172,33 @@ func probeRuntimeOverwrite(ctx context.Context, t battery.Target) battery.Observ
 	out := strings.TrimSpace(string(res.Stdout))
 	obs.Observed = fmt.Sprintf("inside %q; %s and agent hashes %s -> %s", out, s.d.path, before, after)
 	obs.Secure = res.Class == sandbox.OK && out == "end" && before == after && !strings.Contains(before, "unreadable")
+	return obs
+}
+
+// probeToolHijack is row 22: the workload replaces /bin/true, /bin/sh and
+// other tools with scripts that leave a mark in the workspace; after the
+// job the host pings the agent and reads the workspace. No host process
+// may have run a tenant file (the host never execs into a sandbox: every
+// process there is the agent's child).
+func probeToolHijack(ctx context.Context, t battery.Target) battery.Observation {
+	obs := battery.Observation{Tried: "replace /bin/{true,sh,ls,cat,ps,kill,mount,umount} with mark-leaving scripts; host pings the agent after the job"}
+	s, err := prepared(ctx, t)
+	if err != nil {
+		obs.Observed = err.Error()
+		return obs
+	}
+	defer s.Destroy(context.WithoutCancel(ctx))
+	res, err := s.Run(ctx, shell(t, `for b in true sh ls cat ps kill mount umount; do rm -f /bin/$b && printf '#!/bin/busybox sh\necho "$0 $(id -u)" >> /workspace/hijacked\n' > /bin/$b && /bin/busybox chmod 755 /bin/$b || echo FAILED $b; done; echo end`))
+	if err != nil {
+		obs.Observed = err.Error()
+		return obs
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, perr := s.client.Do(pctx, agent.Job{ID: "ping"})
+	cancel()
+	mark, _ := os.ReadFile(filepath.Join(s.dir, "rootfs", workDir, "hijacked"))
+	out := strings.TrimSpace(string(res.Stdout))
+	obs.Observed = fmt.Sprintf("inside %q; agent ping err=%v; marks %q", out, perr, strings.TrimSpace(string(mark)))
+	obs.Secure = res.Class == sandbox.OK && out == "end" && len(mark) == 0
 	return obs
 }

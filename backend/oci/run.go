@@ -117,6 +117,7 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 		// Could not start (e.g. command not found): report it as a shell would.
 		res.Stderr = append(res.Stderr, []byte("wovyr: "+rep.Error+"\n")...)
 	}
+	s.afterJob(ctx)
 	if len(inv.Workload.Collect) > 0 {
 		files, err := s.collect(inv.Workload.Collect, lim)
 		if err != nil {

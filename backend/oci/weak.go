@@ -1,9 +1,11 @@
 package oci
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
@@ -45,6 +47,10 @@ const (
 	// NaiveRootfs: the host makes the agent's mount point in the
 	// assembled root following the template's symlinks.
 	NaiveRootfs battery.Weakness = "naive-rootfs"
+	// ExecHealthCheck: after each job the host runs "<runtime> exec <id>
+	// /bin/true" — a host-privileged runtime starting a tenant-writable
+	// file, as "docker exec" health checks do.
+	ExecHealthCheck battery.Weakness = "exec-health-check"
 )
 
 // weaknesses this package can build.
@@ -53,6 +59,7 @@ var weaknesses = []battery.Weakness{
 	battery.NoPidsLimit, battery.NoMemoryLimit, battery.NoDiskQuota, battery.NoDeadline, battery.NoOutputCap,
 	battery.KeepOrphans, Privileged, HostPIDAsRoot, HostDevices, Unmasked, HostBind, WritableProcSys,
 	LeakedDirFD, OpenDeviceCgroup, FollowLinks, WritableRuntimeCopy, SharedIPC, NaiveRootfs,
+	ExecHealthCheck,
 }
 
 // Weakened implements battery.Weakener: a copy of b with one weakness, for
@@ -240,4 +247,12 @@ func (s *Sandbox) weakFiles(spec *specs.Spec) error {
 	}
 	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: runtimeCopyPath, Type: "bind", Source: cp, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
 	return nil
+}
+
+// afterJob runs ExecHealthCheck's health check; for every other
+// configuration the host starts nothing in the sandbox after a job.
+func (s *Sandbox) afterJob(ctx context.Context) {
+	if s.b.weak == ExecHealthCheck {
+		_ = s.d.run(ctx, 10*time.Second, "exec", s.id, "/bin/true")
+	}
 }
