@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -133,3 +134,79 @@ func probeMountTargets(ctx context.Context, t battery.Target) battery.Observatio
 	obs.Secure = slices.Equal(names, []string{"secret"}) && string(got) == marker
 	return obs
 }
+
+// probeHostileImage is row 17: an image whose layer holds an absolute
+// symlink, a device node, a fifo, setuid and setgid files and a hard link
+// climbing out is imported (image.Import) and run: the link must be
+// relative, the node and fifo gone, the set-id bits cleared, and the root
+// mounted nosuid,nodev. A second layer with an entry climbing out of the
+// root must be refused outright. The hard link, whose target climbs out,
+// is dropped or lands inside the root. (Huge files: Import's MaxImportFile bound,
+// package image's tests; a sandbox's own: row 52.)
+func probeHostileImage(ctx context.Context, t battery.Target) battery.Observation {
+	obs := battery.Observation{Tried: "import and run an image with /abs -> /etc/hostname, char device 1:1, fifo, setuid/setgid files, hard link ../../etc/hostname; import one with ../ entries"}
+	b := t.Backend.(*Backend)
+	bb, err := os.ReadFile(filepath.Join(image.RootFS(b.imagesDir(), "busybox"), "bin", "busybox"))
+	if err != nil {
+		obs.Observed = "busybox template: " + err.Error()
+		return obs
+	}
+	reg := func(name string, mode int64, size int) *tar.Header {
+		return &tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: mode, Size: int64(size)}
+	}
+	tmpl, remove, err := hostileTemplate(ctx, b, []*tar.Header{
+		{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755},
+		reg("bin/busybox", 0o755, len(bb)),
+		{Name: "bin/sh", Typeflag: tar.TypeSymlink, Linkname: "busybox"},
+		reg("etc/hostname", 0o644, 5),
+		{Name: "abs", Typeflag: tar.TypeSymlink, Linkname: "/etc/hostname"},
+		{Name: "mem", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 1, Mode: 0o666},
+		{Name: "fifo", Typeflag: tar.TypeFifo, Mode: 0o666},
+		reg("suid", 0o4755, 5),
+		reg("sgid", 0o2755, 5),
+		{Name: "hl", Typeflag: tar.TypeLink, Linkname: "../../etc/hostname"},
+	}, map[string][]byte{"bin/busybox": bb, "etc/hostname": []byte("evil\n"), "suid": []byte("evil\n"), "sgid": []byte("evil\n")})
+	if err != nil {
+		obs.Observed = "import: " + err.Error()
+		return obs
+	}
+	defer remove()
+	canaryDir, _, _, cleanup, err := hostCanary()
+	if err != nil {
+		obs.Observed = err.Error()
+		return obs
+	}
+	defer cleanup()
+	escape := "import of ../ entries refused"
+	if tm, rm, err := hostileTemplate(ctx, b, []*tar.Header{reg(up(canaryDir)+"/escaped", 0o644, 5)}, map[string][]byte{up(canaryDir) + "/escaped": []byte("evil\n")}); err == nil {
+		escape = "import of ../ entries accepted"
+		rm()
+		_ = tm
+	}
+	_, escErr := os.Stat(filepath.Join(canaryDir, "escaped"))
+	sb, err := t.Backend.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand, Image: tmpl})
+	if err != nil {
+		obs.Observed = err.Error()
+		return obs
+	}
+	defer sb.Destroy(context.WithoutCancel(ctx))
+	ht := t
+	ht.Image = tmpl
+	res, err := sb.Run(ctx, shell(ht, `echo "link=$(readlink /abs)"; ls /mem /fifo 2>/dev/null; echo "modes=$(stat -c %a /suid /sgid | tr '\n' ' ')"; echo "hl=$(cat /hl)"; echo "rootopts=$(awk '$5=="/"{print $6}' /proc/self/mountinfo)"`))
+	if err != nil {
+		obs.Observed = err.Error()
+		return obs
+	}
+	out := strings.TrimSpace(string(res.Stdout))
+	obs.Observed = fmt.Sprintf("%s; nothing escaped: %v; inside %q", escape, escErr != nil, out)
+	lines := strings.Split(out, "\n")
+	obs.Secure = res.Class == sandbox.OK && escErr != nil && len(lines) == 4 &&
+		!strings.HasPrefix(lines[0], "link=/") && lines[0] != "link=" &&
+		lines[1] == "modes=755 755 " && (lines[2] == "hl=evil" || lines[2] == "hl=") &&
+		strings.Contains(lines[3], "nosuid") && strings.Contains(lines[3], "nodev")
+	return obs
+}
+
+// up is a relative path climbing far above any root, to p.
+func up(p string) string { return strings.Repeat("../", 24) + strings.TrimPrefix(p, "/") }

@@ -12,13 +12,19 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/idmap"
 )
 
 // assembleRootfs builds dir/rootfs: the template, idmapped into ids as a
 // read-only overlay lower layer, under a throw-away upper layer on a tmpfs
 // of disk bytes (DESIGN §5's recipe). dir must exist.
-func assembleRootfs(template, dir string, ids idmap.Range, disk int64, naive bool) (err error) {
+func assembleRootfs(template, dir string, ids idmap.Range, disk int64, weak battery.Weakness) (err error) {
+	naive := weak == NaiveRootfs
+	flags, idflags := uintptr(unix.MS_NOSUID|unix.MS_NODEV), uint64(idmap.ReadOnly|idmap.NoSuid|idmap.NoDev)
+	if weak == SuidRoot {
+		flags, idflags = 0, idmap.ReadOnly // positive control only
+	}
 	lower, upper, merged := filepath.Join(dir, "lower"), filepath.Join(dir, "upper"), filepath.Join(dir, "rootfs")
 	for _, d := range []string{lower, upper, merged} {
 		if err := os.Mkdir(d, 0o711); err != nil {
@@ -44,11 +50,11 @@ func assembleRootfs(template, dir string, ids idmap.Range, disk int64, naive boo
 		return err
 	}
 	defer ns.Close()
-	if err := idmap.Mount(template, lower, ns, idmap.ReadOnly|idmap.NoSuid|idmap.NoDev); err != nil {
+	if err := idmap.Mount(template, lower, ns, idflags); err != nil {
 		return err
 	}
 	ov := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, data, work)
-	err = unix.Mount("wovyr-overlay", merged, "overlay", unix.MS_NOSUID|unix.MS_NODEV, ov)
+	err = unix.Mount("wovyr-overlay", merged, "overlay", flags, ov)
 	// The overlay holds its own reference to the idmapped lower.
 	if uerr := unix.Unmount(lower, unix.MNT_DETACH); err == nil && uerr != nil {
 		err = uerr

@@ -118,7 +118,7 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 	s.defer1(func(context.Context) error { s.slot.release(); return nil })
 	s.defer1(func(context.Context) error { return removeScratch(s.dir) })
 	if err := step("rootfs", func() error {
-		if err := assembleRootfs(rootfs, s.dir, s.slot.ids, lim.Disk, b.weak == NaiveRootfs); err != nil {
+		if err := assembleRootfs(rootfs, s.dir, s.slot.ids, lim.Disk, b.weak); err != nil {
 			return err
 		}
 		if rootWeakness(b.weak) {

@@ -51,6 +51,9 @@ const (
 	// /bin/true" — a host-privileged runtime starting a tenant-writable
 	// file, as "docker exec" health checks do.
 	ExecHealthCheck battery.Weakness = "exec-health-check"
+	// SuidRoot: the root filesystem (template and upper layer) mounted
+	// without nosuid and nodev.
+	SuidRoot battery.Weakness = "suid-root"
 )
 
 // weaknesses this package can build.
@@ -59,7 +62,7 @@ var weaknesses = []battery.Weakness{
 	battery.NoPidsLimit, battery.NoMemoryLimit, battery.NoDiskQuota, battery.NoDeadline, battery.NoOutputCap,
 	battery.KeepOrphans, Privileged, HostPIDAsRoot, HostDevices, Unmasked, HostBind, WritableProcSys,
 	LeakedDirFD, OpenDeviceCgroup, FollowLinks, WritableRuntimeCopy, SharedIPC, NaiveRootfs,
-	ExecHealthCheck,
+	ExecHealthCheck, SuidRoot,
 }
 
 // Weakened implements battery.Weakener: a copy of b with one weakness, for
