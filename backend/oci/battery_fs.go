@@ -13,10 +13,15 @@ import (
 	"github.com/wovyr/wovyr/image"
 )
 
-// fsProbes are the filesystem, runtime and host-posture rows (3, 4, 19, 21
-// …) for the container and gvisor backends, and the rows of them that do
-// not apply to b, with why. Each probe runs in fresh sandboxes and has a
-// positive control that really flips it.
+// fsProbes are the filesystem, runtime and host-posture rows for the
+// container and gvisor backends (3, 4, 14–19, 21, 22, 46, 56, 57), and the
+// rows of them that do not apply to b, with why. Each probe runs in fresh
+// sandboxes and has a positive control that really flips it. Where the
+// runtimes differ: row 4's control is a bind mount on runsc (which refuses
+// to donate a host directory fd), row 19 does not apply to runsc for the
+// same reason, rows 17 and 21 are runc/crun only (runsc shows no root mount
+// flags; the device cgroup row names C only), and row 7 is recorded as host
+// posture for gvisor.
 func fsProbes(b *Backend) ([]battery.Probe, map[int]string) {
 	na := map[int]string{}
 	ps := []battery.Probe{

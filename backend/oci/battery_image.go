@@ -93,10 +93,10 @@ func rawTemplate(b *Backend, dirs []string, links map[string]string) (string, fu
 
 // probeMountTargets is row 16: templates whose mount targets are absolute
 // symlinks to a host canary directory — /.wovyr (where the agent is
-// mounted), /dev/null, /dev/shm. Prepare must fail or stay inside its
+// mounted), /dev/null and /dev/shm, /proc, /workspace. Prepare must fail or stay inside its
 // root: the host writes nothing into the canary directory.
 func probeMountTargets(ctx context.Context, t battery.Target) battery.Observation {
-	obs := battery.Observation{Tried: "templates with /.wovyr, /dev/null, /dev/shm -> host canary; Prepare each; host checks the canary dir"}
+	obs := battery.Observation{Tried: "templates with /.wovyr, /dev/null, /dev/shm, /proc, /workspace -> host canary; Prepare each; host checks the canary dir"}
 	dir, file, marker, cleanup, err := hostCanary()
 	if err != nil {
 		obs.Observed = err.Error()
@@ -108,6 +108,8 @@ func probeMountTargets(ctx context.Context, t battery.Target) battery.Observatio
 	for _, links := range []map[string]string{
 		{".wovyr": dir},
 		{"dev/null": file, "dev/shm": dir},
+		{"proc": dir},
+		{"workspace": dir},
 	} {
 		tmpl, remove, err := rawTemplate(b, []string{"etc", "dev"}, links)
 		if err != nil {
