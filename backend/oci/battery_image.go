@@ -23,7 +23,7 @@ import (
 
 // hostileTemplate writes a one-layer docker-save tarball of entries,
 // imports it with image.Import (the path every operator image takes) as a
-// fresh "wovyr-hostile-…" template of b and returns its name and a cleanup
+// fresh "wovyr-hostile.tmp-…" template of b and returns its name and a cleanup
 // removing it.
 func hostileTemplate(ctx context.Context, b *Backend, entries []*tar.Header, data map[string][]byte) (string, func(), error) {
 	var buf bytes.Buffer
@@ -62,18 +62,18 @@ func hostileTemplate(ctx context.Context, b *Backend, entries []*tar.Header, dat
 	if err := tarball.WriteToFile(src, ref, img); err != nil {
 		return "", nil, err
 	}
-	tmpl := "wovyr-hostile-" + sandbox.NewID()[:10]
+	tmpl := hostileName()
 	if err := image.Import(ctx, src, tmpl, b.imagesDir()); err != nil {
 		return "", nil, err
 	}
 	return tmpl, func() { _ = image.Remove(b.imagesDir(), tmpl) }, nil
 }
 
-// rawTemplate creates template "wovyr-hostile-…" of b directly, as a
+// rawTemplate creates template "wovyr-hostile.tmp-…" of b directly, as a
 // builder (debootstrap for "base") leaves it: absolute symlinks kept. links
 // maps paths in the root to symlink targets; dirs are made first.
 func rawTemplate(b *Backend, dirs []string, links map[string]string) (string, func(), error) {
-	tmpl := "wovyr-hostile-" + sandbox.NewID()[:10]
+	tmpl := hostileName()
 	root := image.RootFS(b.imagesDir(), tmpl)
 	remove := func() { _ = image.Remove(b.imagesDir(), tmpl) }
 	for _, d := range append([]string{""}, dirs...) {
@@ -212,3 +212,7 @@ func probeHostileImage(ctx context.Context, t battery.Target) battery.Observatio
 
 // up is a relative path climbing far above any root, to p.
 func up(p string) string { return strings.Repeat("../", 24) + strings.TrimPrefix(p, "/") }
+
+// hostileName names a probe's throw-away template; ".tmp-" makes
+// image.Reconcile remove one a crash left behind.
+func hostileName() string { return "wovyr-hostile.tmp-" + sandbox.NewID()[:10] }
