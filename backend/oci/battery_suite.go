@@ -84,6 +84,8 @@ func Suite(b *Backend, image string) battery.Suite {
 		probes = append(probes, p)
 	}
 	probes = append(probes, kernelProbes(b)...)
+	fsps, fsNA := fsProbes(b)
+	probes = append(probes, fsps...)
 	const noNet = "the sandbox has a loopback-only network namespace and allowlists are refused (Capability.Egress=false); every egress row reduces to row 70"
 	const noSnap = "sandboxes are single-use and never snapshotted yet (residue across tenants: rows 48 and 60)"
 	na := map[int]string{
@@ -92,6 +94,7 @@ func Suite(b *Backend, image string) battery.Suite {
 		41: "Dirty Pipe (CVE-2022-0847) is fixed in every kernel this runs on (5.16.11+; the record is keyed to the kernel): the in-sandbox attempt (wovyr-guest probe sys dirtypipe) leaves its read-only file unchanged, but no configuration of a patched kernel can make a positive control flag, so it cannot certify anything",
 	}
 	maps.Copy(na, kernelNotApplicable(b))
+	maps.Copy(na, fsNA)
 	for id := 71; id <= 84; id++ {
 		na[id] = noNet
 	}

@@ -12,13 +12,19 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/idmap"
 )
 
 // assembleRootfs builds dir/rootfs: the template, idmapped into ids as a
 // read-only overlay lower layer, under a throw-away upper layer on a tmpfs
 // of disk bytes (DESIGN §5's recipe). dir must exist.
-func assembleRootfs(template, dir string, ids idmap.Range, disk int64) (err error) {
+func assembleRootfs(template, dir string, ids idmap.Range, disk int64, weak battery.Weakness) (err error) {
+	naive := weak == NaiveRootfs
+	flags, idflags := uintptr(unix.MS_NOSUID|unix.MS_NODEV), uint64(idmap.ReadOnly|idmap.NoSuid|idmap.NoDev)
+	if weak == SuidRoot {
+		flags, idflags = 0, idmap.ReadOnly // positive control only
+	}
 	lower, upper, merged := filepath.Join(dir, "lower"), filepath.Join(dir, "upper"), filepath.Join(dir, "rootfs")
 	for _, d := range []string{lower, upper, merged} {
 		if err := os.Mkdir(d, 0o711); err != nil {
@@ -44,11 +50,11 @@ func assembleRootfs(template, dir string, ids idmap.Range, disk int64) (err erro
 		return err
 	}
 	defer ns.Close()
-	if err := idmap.Mount(template, lower, ns, idmap.ReadOnly|idmap.NoSuid|idmap.NoDev); err != nil {
+	if err := idmap.Mount(template, lower, ns, idflags); err != nil {
 		return err
 	}
 	ov := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, data, work)
-	err = unix.Mount("wovyr-overlay", merged, "overlay", unix.MS_NOSUID|unix.MS_NODEV, ov)
+	err = unix.Mount("wovyr-overlay", merged, "overlay", flags, ov)
 	// The overlay holds its own reference to the idmapped lower.
 	if uerr := unix.Unmount(lower, unix.MNT_DETACH); err == nil && uerr != nil {
 		err = uerr
@@ -56,11 +62,10 @@ func assembleRootfs(template, dir string, ids idmap.Range, disk int64) (err erro
 	if err != nil {
 		return fmt.Errorf("mount overlay: %w", err)
 	}
-	// Mount points and the workspace, made here so every runtime finds them.
-	if err := os.MkdirAll(filepath.Join(merged, ".wovyr"), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(merged, agentPath), nil, 0o555); err != nil {
+	// Mount points and the workspace, made here so every runtime finds
+	// them — through an os.Root: the template is hostile input, and a
+	// symlinked /.wovyr must not steer this root-owned write (row 16).
+	if err := agentMountPoint(merged, naive); err != nil {
 		return err
 	}
 	for _, d := range []string{workDir, "/tmp", "/proc", "/dev", "/sys"} {
@@ -73,6 +78,29 @@ func assembleRootfs(template, dir string, ids idmap.Range, disk int64) (err erro
 		}
 	}
 	return os.Chown(filepath.Join(merged, workDir), int(ids.HostUID), int(ids.HostGID))
+}
+
+// agentMountPoint creates /.wovyr/agent in the merged root. naive (the
+// NaiveRootfs control only) follows the template's symlinks from the host.
+func agentMountPoint(merged string, naive bool) error {
+	if naive {
+		if err := os.MkdirAll(filepath.Join(merged, ".wovyr"), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(merged, agentPath), nil, 0o555)
+	}
+	root, err := os.OpenRoot(merged)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if err := root.MkdirAll(".wovyr", 0o755); err != nil {
+		return fmt.Errorf("template's /.wovyr: %w", err)
+	}
+	if err := root.WriteFile(strings.TrimPrefix(agentPath, "/"), nil, 0o555); err != nil {
+		return fmt.Errorf("template's %s: %w", agentPath, err)
+	}
+	return nil
 }
 
 // inodesFor bounds the upper layer's inodes in proportion to its size, so an

@@ -32,6 +32,7 @@ func Reconcile(ctx context.Context, stateDir string) (int, error) {
 		return 0, err
 	}
 	defer g.Close()
+	_ = os.RemoveAll(filepath.Join(run, sharedShmDir)) // a positive control's
 
 	stale := map[string]bool{}
 	live := func(id string) bool {

@@ -117,6 +117,7 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 		// Could not start (e.g. command not found): report it as a shell would.
 		res.Stderr = append(res.Stderr, []byte("wovyr: "+rep.Error+"\n")...)
 	}
+	s.afterJob(ctx)
 	if len(inv.Workload.Collect) > 0 {
 		files, err := s.collect(inv.Workload.Collect, lim)
 		if err != nil {
@@ -233,6 +234,9 @@ func (s *Sandbox) collect(paths []string, lim sandbox.Limits) ([]sandbox.File, e
 	total := int64(0)
 	for _, p := range paths {
 		f, err := root.OpenFile(p, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+		if s.b.weak == FollowLinks {
+			f, err = os.Open(filepath.Join(s.dir, "rootfs", workDir, p)) // positive control only
+		}
 		if err != nil {
 			continue // absent or escaping: not collected
 		}

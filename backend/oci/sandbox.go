@@ -118,7 +118,7 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 	s.defer1(func(context.Context) error { s.slot.release(); return nil })
 	s.defer1(func(context.Context) error { return removeScratch(s.dir) })
 	if err := step("rootfs", func() error {
-		if err := assembleRootfs(rootfs, s.dir, s.slot.ids, lim.Disk); err != nil {
+		if err := assembleRootfs(rootfs, s.dir, s.slot.ids, lim.Disk, b.weak); err != nil {
 			return err
 		}
 		if rootWeakness(b.weak) {
@@ -178,6 +178,9 @@ func (s *Sandbox) writeSpec() error {
 		return err
 	}
 	weakenSpec(spec, s.b.weak)
+	if err := s.weakFiles(spec); err != nil {
+		return err
+	}
 	js, err := json.MarshalIndent(spec, "", "\t")
 	if err != nil {
 		return err
@@ -233,7 +236,15 @@ func (s *Sandbox) create(ctx context.Context) error {
 	// it dies and deletes the container itself, where a detached one
 	// would leave the reaping to the host's init (runsc then polls it for
 	// a second). It is not bound to ctx, which bounds only this call.
-	cmd := s.d.wrapped(s.d.argv("run", "--bundle", s.dir, s.id))
+	extra, leak, err := s.b.leakFD()
+	if err != nil {
+		return err
+	}
+	cmd := s.d.wrapped(s.d.argv(append(append([]string{"run"}, extra...), "--bundle", s.dir, s.id)...))
+	if leak != nil {
+		defer leak.Close()
+		cmd.ExtraFiles = []*os.File{leak}
+	}
 	cmd.Dir = s.dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}

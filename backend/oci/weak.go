@@ -1,9 +1,12 @@
 package oci
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
@@ -34,6 +37,30 @@ const (
 	// their attempts are harmless even here (invalid past the permission
 	// check, or objects that die with the sandbox).
 	HostPrivileged battery.Weakness = "host-privileged"
+	// LeakedDirFD: the runtime hands the container's init an open fd of
+	// the host's /etc (runc's CVE-2024-21626 leak, made on purpose).
+	LeakedDirFD battery.Weakness = "leaked-dir-fd"
+	// OpenDeviceCgroup: the device cgroup allows every device.
+	OpenDeviceCgroup battery.Weakness = "open-device-cgroup"
+	// FollowLinks: Collect opens workspace paths following symlinks.
+	FollowLinks battery.Weakness = "follow-links"
+	// WritableRuntimeCopy: a copy of the runtime binary (never the real
+	// one) bind-mounted writable at /.wovyr/runtime, owned by the
+	// sandbox's root — what CVE-2019-5736 needs.
+	WritableRuntimeCopy battery.Weakness = "writable-runtime-copy"
+	// SharedIPC: no IPC namespace of its own, and one /dev/shm directory
+	// (<run>/wovyr-weak-shm) shared by every sandbox of the configuration.
+	SharedIPC battery.Weakness = "shared-ipc"
+	// NaiveRootfs: the host makes the agent's mount point in the
+	// assembled root following the template's symlinks.
+	NaiveRootfs battery.Weakness = "naive-rootfs"
+	// ExecHealthCheck: after each job the host runs "<runtime> exec <id>
+	// /bin/true" — a host-privileged runtime starting a tenant-writable
+	// file, as "docker exec" health checks do.
+	ExecHealthCheck battery.Weakness = "exec-health-check"
+	// SuidRoot: the root filesystem (template and upper layer) mounted
+	// without nosuid and nodev.
+	SuidRoot battery.Weakness = "suid-root"
 )
 
 // weaknesses this package can build.
@@ -41,6 +68,8 @@ var weaknesses = []battery.Weakness{
 	battery.RunAsRoot, battery.NoRlimits, battery.InheritEnv, battery.SharedUID, battery.HostNetwork,
 	battery.NoPidsLimit, battery.NoMemoryLimit, battery.NoDiskQuota, battery.NoDeadline, battery.NoOutputCap,
 	battery.KeepOrphans, Privileged, HostPIDAsRoot, HostDevices, Unmasked, HostBind, WritableProcSys, HostPrivileged,
+	LeakedDirFD, OpenDeviceCgroup, FollowLinks, WritableRuntimeCopy, SharedIPC, NaiveRootfs,
+	ExecHealthCheck, SuidRoot,
 }
 
 // Weakened implements battery.Weakener: a copy of b with one weakness, for
@@ -133,6 +162,18 @@ func weakenSpec(s *specs.Spec, w battery.Weakness) {
 		s.Linux.MaskedPaths, s.Linux.ReadonlyPaths = nil, nil
 		caps := []string{"CAP_NET_ADMIN"}
 		s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
+	case OpenDeviceCgroup:
+		s.Linux.Resources.Devices = []specs.LinuxDeviceCgroup{{Allow: true, Access: "rwm"}}
+	case SharedIPC:
+		dropNS(specs.IPCNamespace)
+		// An mqueue fs can only be mounted from its own IPC namespace.
+		var keep []specs.Mount
+		for _, m := range s.Mounts {
+			if m.Destination != "/dev/mqueue" {
+				keep = append(keep, m)
+			}
+		}
+		s.Mounts = keep
 	case HostBind:
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/host-etc", Type: "bind", Source: "/etc", Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 	case HostPrivileged:
@@ -178,3 +219,74 @@ func allCaps() []string {
 }
 
 func fileMode(m os.FileMode) *os.FileMode { return &m }
+
+// leakFD returns, for the LeakedDirFD control only, the extra runtime flags
+// and file that pass the host's /etc to the container as fd 3.
+func (b *Backend) leakFD() ([]string, *os.File, error) {
+	if b.weak != LeakedDirFD {
+		return nil, nil, nil
+	}
+	f, err := os.Open("/etc")
+	if err != nil {
+		return nil, nil, err
+	}
+	if b.gvisor {
+		return []string{"--pass-fd", "3:3"}, f, nil
+	}
+	return []string{"--preserve-fds", "1"}, f, nil
+}
+
+// sharedShmDir is SharedIPC's /dev/shm, under the run directory; Reconcile
+// removes it.
+const sharedShmDir = "wovyr-weak-shm"
+
+// runtimeCopyPath is where WritableRuntimeCopy mounts the copy.
+const runtimeCopyPath = "/.wovyr/runtime"
+
+// weakFiles prepares what a weakness needs on the host beyond the spec: for
+// WritableRuntimeCopy, a copy of the runtime binary in the sandbox's
+// scratch (removed with it) and its writable bind mount.
+func (s *Sandbox) weakFiles(spec *specs.Spec) error {
+	if s.b.weak == SharedIPC {
+		shm := filepath.Join(s.b.run, sharedShmDir)
+		if err := os.MkdirAll(shm, 0o755); err != nil {
+			return err
+		}
+		if err := os.Chmod(shm, 0o1777); err != nil {
+			return err
+		}
+		for i := range spec.Mounts {
+			if spec.Mounts[i].Destination == "/dev/shm" {
+				spec.Mounts[i] = specs.Mount{Destination: "/dev/shm", Type: "bind", Source: shm, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}}
+			}
+		}
+		return nil
+	}
+	if s.b.weak != WritableRuntimeCopy {
+		return nil
+	}
+	src, err := os.ReadFile(s.d.path)
+	if err != nil {
+		return err
+	}
+	cp := filepath.Join(s.dir, "runtime-copy")
+	if err := os.WriteFile(cp, src, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chown(cp, int(s.slot.ids.HostUID), int(s.slot.ids.HostGID)); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, "rootfs", runtimeCopyPath), nil, 0o555); err != nil {
+		return err
+	}
+	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: runtimeCopyPath, Type: "bind", Source: cp, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+	return nil
+}
+
+// afterJob runs ExecHealthCheck's health check; for every other
+// configuration the host starts nothing in the sandbox after a job.
+func (s *Sandbox) afterJob(ctx context.Context) {
+	if s.b.weak == ExecHealthCheck {
+		_ = s.d.run(ctx, 10*time.Second, "exec", s.id, "/bin/true")
+	}
+}

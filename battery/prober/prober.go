@@ -49,6 +49,11 @@ func Probes() map[string]Func {
 		"canary":   canary,
 		"peek":     peek,
 		"listen":   listen,
+		"exchange": exchange,
+		"ipcput":   ipcPut,
+		"ipcget":   ipcGet,
+		"kgrow":    kgrow,
+		"threads":  threads,
 	}
 	maps.Copy(m, kernelProbes())
 	return m
