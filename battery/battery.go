@@ -95,6 +95,16 @@ type Observation struct {
 type Probe struct {
 	ID       int
 	Weakness Weakness // the positive control's configuration
+	// ControlOn, if set, is the backend whose weakened copy runs the
+	// positive control instead of the target's own. It is for a property
+	// no configuration of the target can weaken (gVisor's Sentry keeps its
+	// own process table and procfs whatever the OCI spec says): the same
+	// probe code must still show, on a backend where the weakness can
+	// exist, that it detects it. The record names that backend.
+	ControlOn sandbox.Backend
+	// ControlImage is the image for ControlOn's sandboxes (zero: the
+	// target's).
+	ControlImage string
 	// Backends lists the backend names this implementation covers.
 	Backends []string
 	Run      func(ctx context.Context, t Target) Observation
@@ -155,14 +165,29 @@ func Run(ctx context.Context, s Suite, progress io.Writer) (cert.Record, error) 
 		start := time.Now()
 		obs := p.Run(ctx, s.Target)
 		o.Tried, o.Observed, o.Pass = obs.Tried, obs.Observed, obs.Secure
-		weak, err := w.Weakened(p.Weakness)
+		cw, label := w, string(p.Weakness)
+		if p.ControlOn != nil {
+			var ok bool
+			if cw, ok = p.ControlOn.(Weakener); !ok {
+				cw = nil
+			}
+			label = p.ControlOn.Name() + "/" + label
+		}
+		var weak sandbox.Backend
+		err := fmt.Errorf("%s offers no weakened configurations", label)
+		if cw != nil {
+			weak, err = cw.Weakened(p.Weakness)
+		}
 		if err != nil {
-			o.ControlObserved = fmt.Sprintf("no %s configuration: %v", p.Weakness, err)
+			o.ControlObserved = fmt.Sprintf("no %s configuration: %v", label, err)
 		} else {
 			wt := s.Target
 			wt.Backend = weak
+			if p.ControlImage != "" {
+				wt.Image = p.ControlImage
+			}
 			ctl := p.Run(ctx, wt)
-			o.ControlObserved = fmt.Sprintf("[%s] %s", p.Weakness, ctl.Observed)
+			o.ControlObserved = fmt.Sprintf("[%s] %s", label, ctl.Observed)
 			o.ControlFlagged = !ctl.Secure
 		}
 		rec.Outcomes = append(rec.Outcomes, o)

@@ -203,6 +203,12 @@ func probeHostileImage(ctx context.Context, t battery.Target) battery.Observatio
 	out := strings.TrimSpace(string(res.Stdout))
 	obs.Observed = fmt.Sprintf("%s; nothing escaped: %v; inside %q", escape, escErr != nil, out)
 	lines := strings.Split(out, "\n")
+	if s, ok := sb.(*Sandbox); ok && s.b.gvisor && len(lines) == 4 {
+		// The Sentry shows no mount flags on its root: judge the host
+		// mount its gofer serves the files from instead.
+		lines[3] = "rootopts=" + hostMountOpts(filepath.Join(s.dir, "rootfs"))
+		obs.Observed += "; host root mount " + lines[3]
+	}
 	obs.Secure = res.Class == sandbox.OK && escErr != nil && len(lines) == 4 &&
 		!strings.HasPrefix(lines[0], "link=/") && lines[0] != "link=" &&
 		lines[1] == "modes=755 755 " && (lines[2] == "hl=evil" || lines[2] == "hl=") &&
@@ -216,3 +222,18 @@ func up(p string) string { return strings.Repeat("../", 24) + strings.TrimPrefix
 // hostileName names a probe's throw-away template; ".tmp-" makes
 // image.Reconcile remove one a crash left behind.
 func hostileName() string { return "wovyr-hostile.tmp-" + sandbox.NewID()[:10] }
+
+// hostMountOpts returns the per-mount options of the host mount at mp, or
+// "" if there is none.
+func hostMountOpts(mp string) string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 5 && f[4] == mp {
+			return f[5]
+		}
+	}
+	return ""
+}

@@ -101,10 +101,39 @@ func Suite(b *Backend, image string) battery.Suite {
 	for id := 85; id <= 92; id++ {
 		na[id] = noSnap
 	}
+	if b.gvisor {
+		gvisorControls(b, probes)
+	}
 	return battery.Suite{
 		Target:        battery.Target{Backend: b, Guest: []string{agentPath, "probe"}, Image: image},
 		Probes:        probes,
 		NotApplicable: na,
+	}
+}
+
+// gvisorOwnKernel are the rows no runsc configuration can weaken: the
+// Sentry keeps one process table per sandbox, its own procfs and sysfs (so
+// no runtime socket, host pid, writable host sysctl or unmasked kernel file
+// is ever visible) and shows no mount flags on its root. Their positive
+// controls run the same probe on the container backend's weakened copy,
+// which shows the probe detects the weakness where it can exist; the
+// record names that backend in the control's observation.
+var gvisorOwnKernel = []int{10, 12, 17, 43, 45, 48, 60}
+
+func gvisorControls(b *Backend, probes []battery.Probe) {
+	c, err := NewContainer(b.cfg)
+	if err != nil {
+		return // the controls then fail, and gvisor stays uncertified
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if !c.Probe(ctx).Available {
+		return
+	}
+	for i := range probes {
+		if slices.Contains(gvisorOwnKernel, probes[i].ID) {
+			probes[i].ControlOn = c
+		}
 	}
 }
 
