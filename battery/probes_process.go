@@ -87,26 +87,27 @@ func probeEnv(ctx context.Context, t Target) Observation {
 		Secure:   g.err == nil && len(env) == 1 && env[0] == "ONLY=this"}
 }
 
-// twoTenants runs a in one sandbox, then (while a still runs) b in another,
-// and returns b's run.
+// twoTenants prepares two sandboxes, runs a in the first, then (while a
+// still runs) b in the second, and returns both runs. Both are prepared
+// first, so a slow Prepare (runsc) cannot eat the window in which a runs.
 func twoTenants(ctx context.Context, t Target, a, b []string, gap time.Duration) (guestRun, guestRun) {
-	var wg sync.WaitGroup
-	var ga guestRun
-	sa, err := t.Backend.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand, Image: t.Image})
+	tmpl := sandbox.Template{Kind: sandbox.KindCommand, Image: t.Image}
+	sa, err := t.Backend.Prepare(ctx, tmpl)
 	if err != nil {
 		return guestRun{err: err}, guestRun{err: err}
 	}
 	defer sa.Destroy(context.WithoutCancel(ctx))
+	sb, err := t.Backend.Prepare(ctx, tmpl)
+	if err != nil {
+		return guestRun{err: err}, guestRun{err: err}
+	}
+	defer sb.Destroy(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	var ga guestRun
 	invA := probeInvocation(t, sandbox.Limits{Wall: 10 * time.Second}, a...)
 	invA.Tenant = "wovyr-battery-a"
 	wg.Go(func() { ga = runIn(ctx, sa, invA) })
 	time.Sleep(gap)
-	sb, err := t.Backend.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand, Image: t.Image})
-	if err != nil {
-		wg.Wait()
-		return ga, guestRun{err: err}
-	}
-	defer sb.Destroy(context.WithoutCancel(ctx))
 	invB := probeInvocation(t, sandbox.Limits{}, b...)
 	invB.Tenant = "wovyr-battery-b"
 	gb := runIn(ctx, sb, invB)
@@ -116,7 +117,7 @@ func twoTenants(ctx context.Context, t Target, a, b []string, gap time.Duration)
 
 func probeSignals(ctx context.Context, t Target) Observation {
 	m := marker("signals")
-	_, gb := twoTenants(ctx, t, []string{"sleep", "1000", m}, []string{"kill", m}, 300*time.Millisecond)
+	_, gb := twoTenants(ctx, t, []string{"sleep", "2000", m}, []string{"kill", m}, 500*time.Millisecond)
 	return Observation{Tried: "tenant B sends SIGKILL to tenant A's running process",
 		Observed: fmt.Sprintf("B saw %s, killed %d (%s)", gb.rep.Data["seen"], gb.rep.Count, gb.rep.Errno),
 		Secure:   gb.err == nil && gb.rep.Count == 0}
@@ -124,14 +125,14 @@ func probeSignals(ctx context.Context, t Target) Observation {
 
 func probeLocalSockets(ctx context.Context, t Target) Observation {
 	port := "47047"
-	_, gb := twoTenants(ctx, t, []string{"listen", port, "1000"}, []string{"connect", "127.0.0.1:" + port}, 300*time.Millisecond)
+	_, gb := twoTenants(ctx, t, []string{"listen", port, "2000"}, []string{"connect", "127.0.0.1:" + port}, 500*time.Millisecond)
 	return Observation{Tried: "tenant A listens on 127.0.0.1:" + port + "; tenant B connects",
 		Observed: gb.String(), Secure: gb.err == nil && gb.rep.Count == 0}
 }
 
 func probeSharedStorage(ctx context.Context, t Target) Observation {
 	m := marker("storage")
-	_, gb := twoTenants(ctx, t, []string{"canary", m, "1000"}, []string{"peek", m}, 300*time.Millisecond)
+	_, gb := twoTenants(ctx, t, []string{"canary", m, "2000"}, []string{"peek", m}, 500*time.Millisecond)
 	return Observation{Tried: "tenant B reads the canary in tenant A's workspace through /proc/<pid>/cwd",
 		Observed: fmt.Sprintf("read %d canaries (%s)", gb.rep.Count, gb.rep.Errno),
 		Secure:   gb.err == nil && gb.rep.Count == 0}
