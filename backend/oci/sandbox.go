@@ -81,7 +81,18 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 	if err != nil {
 		return nil, err
 	}
-	return b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, tmpl.Limits.WithDefaults())
+	sb, err := b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, tmpl.Limits.WithDefaults())
+	if err != nil && ctx.Err() == nil && errors.Is(err, io.EOF) {
+		// The runtime's sandbox died before its agent answered (runsc
+		// under heavy load, seen rarely): nothing of it is left (prepare
+		// undoes every step), so one fresh attempt is safe.
+		b.cfg.Logger.Warn("sandbox died during start; retrying once", "backend", b.name, "err", err)
+		sb, err = b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, tmpl.Limits.WithDefaults())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return sb, nil
 }
 
 func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, lim sandbox.Limits) (_ *Sandbox, err error) {
