@@ -28,9 +28,9 @@ func ReconcileUnder(ctx context.Context, rel string) (int, error) {
 	if V2() {
 		tops = []string{filepath.Join(Root, rel)}
 	} else {
-		for _, c := range v1Controllers {
-			tops = append(tops, filepath.Join(Root, c, rel))
-		}
+		// Every mounted hierarchy, not only the ones Group manages: OCI
+		// runtimes create the same path in blkio, cpuset, devices, …
+		tops, _ = filepath.Glob(filepath.Join(Root, "*", rel))
 	}
 	removed := 0
 	var errs []error
