@@ -168,3 +168,10 @@ func hasRow(s string, fields ...string) bool {
 	}
 	return false
 }
+
+func TestBackendBelowTheFloorIsRefused(t *testing.T) {
+	o := wovyr(t, "", "run", "--trust", "untrusted", "--backend", "native", "--", "/bin/true")
+	if o.code != exitFloorUnmet || !strings.Contains(o.stderr, "native: below the required strength gvisor (trust untrusted)") {
+		t.Fatalf("got %+v", o)
+	}
+}

@@ -139,6 +139,15 @@ func (c *runCmd) invocation(argv []string) (*sandbox.Invocation, error) {
 
 // execute records, selects, runs and records again.
 func (c *runCmd) execute(ctx context.Context, n *node, inv *sandbox.Invocation) (*sandbox.Result, error) {
+	// An explicit backend below the floor is refused before anything else,
+	// with that reason rather than the other backends' states.
+	if cand, ok := n.mgr.Backend(c.backend); ok {
+		if required := (sandbox.Floors{}).Required(inv.Policy); cand.Strength() < required {
+			return nil, &sandbox.FloorError{Required: required, Kind: inv.Workload.Kind, Rejections: []sandbox.Rejection{{
+				Backend: c.backend, Strength: cand.Strength(),
+				Reason: fmt.Sprintf("below the required strength %s (trust %s)", required, inv.Policy.Trust)}}}
+		}
+	}
 	b, err := n.mgr.Select(ctx, inv.Policy, inv.Workload.Kind)
 	if err != nil {
 		return nil, err
@@ -146,6 +155,7 @@ func (c *runCmd) execute(ctx context.Context, n *node, inv *sandbox.Invocation) 
 	if c.backend != "" && b.Name() != c.backend {
 		cand, _ := n.mgr.Backend(c.backend)
 		why := "not registered on this node"
+		required := sandbox.Floors{}.Required(inv.Policy)
 		if cand != nil {
 			for _, st := range n.mgr.Detect(ctx, false) {
 				if st.Name == c.backend {
@@ -156,7 +166,7 @@ func (c *runCmd) execute(ctx context.Context, n *node, inv *sandbox.Invocation) 
 				}
 			}
 		}
-		return nil, &sandbox.FloorError{Required: inv.Policy.Preference, Kind: inv.Workload.Kind,
+		return nil, &sandbox.FloorError{Required: required, Kind: inv.Workload.Kind,
 			Rejections: []sandbox.Rejection{{Backend: c.backend, Strength: inv.Policy.Preference, Reason: why}}}
 	}
 	queued := time.Now()
