@@ -95,9 +95,11 @@ func removeCgroup(ctx context.Context, rel string) error {
 			errs = append(errs, err)
 		}
 	}
-	if parent := filepath.Dir(rel); strings.Count(parent, "/") >= 1 {
+	// Then the tenant or pool dir and wovyr's top dir, in every hierarchy,
+	// where they became empty (a dir still in use refuses with EBUSY).
+	for parent := filepath.Dir(rel); parent == "wovyr" || strings.HasPrefix(parent, "wovyr/"); parent = filepath.Dir(parent) {
 		for _, h := range hierarchies() {
-			_ = syscall.Rmdir(filepath.Join(h, parent)) // a tenant or pool dir, if now empty
+			_ = syscall.Rmdir(filepath.Join(h, parent))
 		}
 	}
 	return errors.Join(errs...)

@@ -361,6 +361,10 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		// its (absent) pid namespace; its cgroup stays until Reconcile.
 		if s.b.weak != battery.KeepOrphans {
 			errs = append(errs, s.tenant.Destroy(ctx), removeCgroup(ctx, s.tenant.Path()))
+		} else {
+			// The control's orphan is killed by the battery right after
+			// this; the group goes once it is empty (else Reconcile).
+			go removeWhenEmpty(s.tenant.Path(), time.Minute)
 		}
 	}
 	if s.agentPID != 0 {
@@ -400,3 +404,14 @@ func waitDead(pid int, limit time.Duration) error {
 
 // ID is the sandbox's container id (and cgroup leaf name).
 func (s *Sandbox) ID() string { return s.id }
+
+// removeWhenEmpty removes the cgroup rel once no process is left in it, or
+// gives up after limit (start-up reconcile removes it then).
+func removeWhenEmpty(rel string, limit time.Duration) {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if len(cgroupProcs(rel)) == 0 {
+			_ = removeCgroup(context.Background(), rel)
+			return
+		}
+	}
+}
