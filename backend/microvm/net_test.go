@@ -1,0 +1,251 @@
+package microvm
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wovyr/wovyr/agent"
+	"github.com/wovyr/wovyr/egress"
+	"github.com/wovyr/wovyr/egress/egresstest"
+	"github.com/wovyr/wovyr/netpolicy"
+	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/vmimage"
+)
+
+// egressProbe is the static egress probe, built once per test binary.
+var egressProbe struct {
+	sync.Once
+	data []byte
+	err  error
+}
+
+func probeFile(t *testing.T) sandbox.File {
+	t.Helper()
+	egressProbe.Do(func() {
+		dir, err := os.MkdirTemp("", "wovyr-egressprobe-")
+		if err != nil {
+			egressProbe.err = err
+			return
+		}
+		defer os.RemoveAll(dir)
+		p := filepath.Join(dir, "egressprobe")
+		if egressProbe.err = egresstest.BuildProbe(context.Background(), p); egressProbe.err == nil {
+			egressProbe.data, egressProbe.err = os.ReadFile(p)
+		}
+	})
+	if egressProbe.err != nil {
+		t.Fatal(egressProbe.err)
+	}
+	return sandbox.File{Path: "egressprobe", Data: egressProbe.data, Mode: 0o755}
+}
+
+// netBackend is the shared backend with an egress service on a fresh rig
+// (tag names its namespaces); cleanup closes both and checks that nothing
+// of the slots is left.
+func netBackend(t *testing.T, tag string, mod func(*Config)) (*Backend, *egresstest.Rig, *egress.Service) {
+	t.Helper()
+	ctx := context.Background()
+	b := backend(t)
+	rig, err := egresstest.New(ctx, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rig.Config()
+	if err := egress.Reconcile(ctx, cfg, nil); err != nil {
+		rig.Close()
+		t.Fatal(err)
+	}
+	svc, err := egress.NewService(ctx, cfg, nil)
+	if err != nil {
+		rig.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := svc.Close(ctx); err != nil {
+			t.Error(err)
+		}
+		if left, err := egress.Find(ctx, cfg); err != nil || !left.Empty() {
+			t.Errorf("egress leftovers: %+v %v", left, err)
+		}
+		if err := rig.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	nb := sibling(t, b, func(c *Config) {
+		c.Network = svc
+		if mod != nil {
+			mod(c)
+		}
+	})
+	return nb, rig, svc
+}
+
+// guestScript runs the probe with the spec in $SPEC, the gateway (taken
+// from the guest's resolv.conf, which must name it) put in for @GW@.
+const guestScript = `GW=$(awk '$1=="nameserver"{print $2; exit}' /etc/resolv.conf)
+echo "gw=$GW $(ip route show default | head -n1)" >&2
+export ` + egresstest.ProbeEnv + `="$(printf '%s' "$SPEC" | sed "s/@GW@/$GW/g")"
+unset SPEC
+exec /work/egressprobe`
+
+func egressInv(t *testing.T, id string, spec egresstest.ProbeSpec) *sandbox.Invocation {
+	js, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &sandbox.Invocation{
+		ID: id, Tenant: "tenant-a",
+		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: []string{"/bin/sh", "-c", guestScript},
+			Env: []string{"PATH=/bin:/usr/bin:/sbin:/usr/sbin", "SPEC=" + string(js)}, Files: []sandbox.File{probeFile(t)}},
+		Limits: sandbox.Limits{Wall: 3 * time.Minute, Pids: 512},
+		Policy: sandbox.Policy{Trust: sandbox.Hostile, Network: egresstest.TenantPolicy},
+	}
+}
+
+func runReport(t *testing.T, s sandbox.Sandbox, in *sandbox.Invocation) (*sandbox.Result, egresstest.Report) {
+	t.Helper()
+	res, err := s.Run(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep egresstest.Report
+	if res.Class != sandbox.OK || res.ExitCode != 0 {
+		t.Fatalf("probe: class %q exit %d: %s\n%s", res.Class, res.ExitCode, res.Error, res.Stderr)
+	}
+	if err := json.Unmarshal(res.Stdout, &rep); err != nil {
+		t.Fatalf("report: %v\n%s\n%s", err, res.Stdout, res.Stderr)
+	}
+	return res, rep
+}
+
+func assertNoCanary(t *testing.T, rig *egresstest.Rig) {
+	t.Helper()
+	qs := strings.Join(rig.Queries(), "\n")
+	if strings.Contains(qs, egresstest.Canary) {
+		t.Errorf("the harness DNS server saw the canary:\n%s", qs)
+	}
+	if !strings.Contains(qs, "allowed.test") { // positive control: the stub does go upstream
+		t.Errorf("the stub never asked upstream for allowed.test:\n%s", qs)
+	}
+}
+
+// TestEgressOneShotTruthTable runs BATTERY 70–84 from inside a one-shot
+// microVM whose NIC is a tap in its egress slot, and again from a
+// re-executed child: the guest (root in its own kernel) reaches exactly the
+// tenant's allowlist, and the slot goes with the sandbox.
+func TestEgressOneShotTruthTable(t *testing.T) {
+	ctx := context.Background()
+	b, rig, svc := netBackend(t, "mv", nil)
+	peer, err := svc.NewSlot(ctx) // another tenant's slot: its address is unreachable
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close(ctx)
+	s, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy(ctx)
+	if s.(*vmSandbox).net != nil {
+		t.Fatal("a one-shot sandbox has a network before it knows its invocation's policy")
+	}
+	rows := egresstest.TruthTable("@GW@", peer.Addr().String())
+	child := egresstest.ProbeSpec{Checks: egresstest.Checks(egresstest.ChildRows(rows)), CA: rig.CAPEM, DNS: "@GW@:53"}
+	spec := egresstest.ProbeSpec{Checks: egresstest.Checks(rows), CA: rig.CAPEM, DNS: "@GW@:53", Child: &child}
+	res, rep := runReport(t, s, egressInv(t, "inv-vm-1", spec))
+	slot := s.(*vmSandbox).net.slot
+	if want := "gw=" + slot.Gateway().String() + " default via " + slot.Gateway().String(); !strings.Contains(string(res.Stderr), want) {
+		t.Errorf("guest network: %q, want %q", res.Stderr, want)
+	}
+	egresstest.AssertTable(t, rows, rep, 0)
+	if rep.Child == nil {
+		t.Fatalf("child report missing: %s", rep.ChildErr)
+	}
+	egresstest.AssertTable(t, egresstest.ChildRows(rows), *rep.Child, 1)
+	assertNoCanary(t, rig)
+	ns := slot.NetnsPath()
+	if err := s.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(ns); !os.IsNotExist(err) {
+		t.Errorf("the slot's netns %s survives Destroy: %v", ns, err)
+	}
+	assertClean(t, b, vmName(s))
+}
+
+// TestEgressWarmClaim: a warm VM boots with a NIC on a slot that denies
+// everything; Run applies the claiming tenant's policy to it.
+func TestEgressWarmClaim(t *testing.T) {
+	ctx := context.Background()
+	b, rig, _ := netBackend(t, "mw", func(c *Config) { c.Warm = true })
+	s, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy(ctx)
+	n := s.(*vmSandbox).net
+	if n == nil {
+		t.Fatal("a warm VM of a backend with a network service has no NIC")
+	}
+	gw := n.slot.Gateway().String()
+	want := map[string]bool{
+		"70-tcp-allowed": true, "70-tcp-port-denied": true, "71-quic-udp443": true, "74-metadata-http": true,
+		"76-Canary-a": true, "77-rogue-resolver": true, "dns-allowed": true, "tls-allowed": true,
+		"79-sni-allowed-ip-not": true, "75-gateway-service": true, "83-spoof-source": true, "70-tcp-allowed-after": true,
+	}
+	var rows []egresstest.Row
+	for _, r := range egresstest.TruthTable(gw, "10.213.0.9") {
+		if want[r.C.ID] {
+			rows = append(rows, r)
+		}
+	}
+	spec := egresstest.ProbeSpec{Checks: egresstest.Checks(rows), CA: rig.CAPEM, DNS: gw + ":53"}
+	_, rep := runReport(t, s, egressInv(t, "inv-warm-1", spec))
+	egresstest.AssertTable(t, rows, rep, 0)
+	assertNoCanary(t, rig)
+	if err := s.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	assertClean(t, b, vmName(s))
+}
+
+// TestEgressDenyAllHasNoNIC: with a network service, a one-shot deny-all
+// invocation still boots without any NIC, and policies the service cannot
+// hold are refused before anything starts.
+func TestEgressDenyAllHasNoNIC(t *testing.T) {
+	ctx := context.Background()
+	b, _, _ := netBackend(t, "mn", nil)
+	s, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy(ctx)
+	v6 := inv("/bin/true")
+	v6.Policy.Network = netpolicy.Policy{Allow: []netpolicy.Rule{{CIDR: "fd00::/8", Ports: []uint16{443}}}}
+	if _, err := s.Run(ctx, v6); sandbox.ClassOf(err) != sandbox.Unenforceable {
+		t.Fatalf("IPv6 allowlist: %v, want policy-unenforceable", err)
+	}
+	res, err := s.Run(ctx, inv("/bin/sh", "-c", "ls /sys/class/net | tr '\\n' ' '; echo; cat /etc/resolv.conf 2>/dev/null; true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 0 || string(res.Stdout) != "lo \n" {
+		t.Errorf("deny-all guest network: exit %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if s.(*vmSandbox).net != nil {
+		t.Error("a deny-all one-shot invocation got an egress slot")
+	}
+}
+
+// The initramfs list name is shared by the image builder and the guest.
+func TestNetModuleListName(t *testing.T) {
+	if vmimage.NetModuleList != agent.NetModuleList {
+		t.Fatalf("vmimage writes %q, the guest reads %q", vmimage.NetModuleList, agent.NetModuleList)
+	}
+}
