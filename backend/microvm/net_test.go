@@ -16,6 +16,7 @@ import (
 	"github.com/wovyr/wovyr/netpolicy"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/vmimage"
+	"github.com/wovyr/wovyr/vmm"
 )
 
 // egressProbe is the static egress probe, built once per test binary.
@@ -247,5 +248,30 @@ func TestEgressDenyAllHasNoNIC(t *testing.T) {
 func TestNetModuleListName(t *testing.T) {
 	if vmimage.NetModuleList != agent.NetModuleList {
 		t.Fatalf("vmimage writes %q, the guest reads %q", vmimage.NetModuleList, agent.NetModuleList)
+	}
+}
+
+// TestLintArgvNIC: probe 6 accepts exactly the NIC an egress slot gives and
+// flags any other network device or backend.
+func TestLintArgvNIC(t *testing.T) {
+	base := []string{"qemu", "-nodefaults", "-sandbox", vmm.SandboxOpts}
+	for _, c := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"-netdev", "tap,id=net0,fd=9", "-device", "virtio-net-device,netdev=net0,mac=02:00:00:00:00:2a"}, true},
+		{[]string{"-netdev", "tap,id=net0,ifname=tap0,script=no", "-device", "virtio-net-device,netdev=net0,mac=02:00:00:00:00:2a"}, false},
+		{[]string{"-netdev", "user,id=net0", "-device", "virtio-net-device,netdev=net0,mac=02:00:00:00:00:2a"}, false},
+		{[]string{"-netdev", "tap,id=net0,fd=9,vhost=on", "-device", "virtio-net-device,netdev=net0,mac=02:00:00:00:00:2a"}, false},
+		{[]string{"-device", "virtio-net-device,netdev=u"}, false},
+		{[]string{"-nic", "user"}, false},
+	} {
+		dir := t.TempDir()
+		argv := append(append([]string{}, base...), c.args...)
+		os.WriteFile(filepath.Join(dir, "cmdline"), []byte(strings.Join(argv, "\x00")+"\x00"), 0o644)
+		os.WriteFile(filepath.Join(dir, "status"), []byte("Uid:\t1000\t1000\t1000\t1000\n"), 0o644)
+		if bad := lintArgv(dir); (len(bad) == 0) != c.ok {
+			t.Errorf("%v: findings %v, want ok=%v", c.args, bad, c.ok)
+		}
 	}
 }
