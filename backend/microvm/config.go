@@ -8,6 +8,7 @@ import (
 
 	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/egress"
+	"github.com/wovyr/wovyr/egress/egresstest"
 	"github.com/wovyr/wovyr/vmm"
 )
 
@@ -60,6 +61,7 @@ type Config struct {
 	Network *egress.Service
 
 	weak battery.Weakness // a positive control's configuration (Weakened)
+	rig  *egresstest.Rig  // the egress battery's harness (battery_egress.go)
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -45,18 +45,23 @@ const tapName = "tap0"
 
 // vmNet is one sandbox's network.
 type vmNet struct {
-	slot *egress.Slot
-	tap  *os.File // attached to tapName; QEMU gets a duplicate
-	mac  net.HardwareAddr
+	slot  *egress.Slot // nil only for the WeakOpenNetwork control
+	tap   *os.File     // attached to tapName; QEMU gets a duplicate
+	mac   net.HardwareAddr
+	guest agent.VMNet
+	undo  func() error // WeakOpenNetwork: removes its tap
 }
 
 // newVMNet creates a deny-all slot with a tap and opens the tap.
 func (b *Backend) newVMNet(ctx context.Context) (*vmNet, error) {
+	if b.cfg.weak == WeakOpenNetwork {
+		return b.openVMNet()
+	}
 	slot, err := b.cfg.Network.NewSlot(ctx)
 	if err != nil {
 		return nil, err
 	}
-	n := &vmNet{slot: slot, mac: randomMAC()}
+	n := &vmNet{slot: slot, mac: randomMAC(), guest: agent.VMNet{Addr: slot.Prefix(), Gateway: slot.Gateway()}}
 	if err := slot.AddTap(ctx, tapName); err != nil {
 		return nil, errors.Join(err, slot.Close(context.WithoutCancel(ctx)))
 	}
@@ -94,15 +99,14 @@ func openTap(path, name string) (*os.File, error) {
 // attach gives spec the NIC and the guest its configuration.
 func (n *vmNet) attach(spec *vmm.Spec) {
 	spec.NIC = &vmm.NIC{Tap: n.tap, MAC: n.mac}
-	spec.Cmdline += " " + agent.CmdlineNet + "=" + n.guest().String()
-}
-
-func (n *vmNet) guest() agent.VMNet {
-	return agent.VMNet{Addr: n.slot.Prefix(), Gateway: n.slot.Gateway()}
+	spec.Cmdline += " " + agent.CmdlineNet + "=" + n.guest.String()
 }
 
 // apply binds the slot to the invocation (claim time).
 func (n *vmNet) apply(ctx context.Context, inv *sandbox.Invocation) error {
+	if n.slot == nil {
+		return nil // the unfiltered control enforces nothing
+	}
 	return n.slot.Apply(ctx, egress.Binding{Tenant: inv.Tenant, Invocation: inv.ID, Policy: inv.Policy.Network})
 }
 
@@ -112,6 +116,9 @@ func (n *vmNet) close(ctx context.Context) error {
 		return nil
 	}
 	n.tap.Close()
+	if n.slot == nil {
+		return n.undo()
+	}
 	return n.slot.Close(ctx)
 }
 
