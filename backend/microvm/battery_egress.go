@@ -21,11 +21,12 @@ import (
 	"github.com/wovyr/wovyr/egress/egresstest"
 	"github.com/wovyr/wovyr/egress/netns"
 	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/vmm"
 )
 
-// EgressRows are the battery rows the egress harness lets the microvm
+// egressRows are the battery rows the egress harness lets the microvm
 // backend probe: 70–81, 83 and 84 (82, unix sockets, is inside the guest).
-var EgressRows = []int{70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 83, 84}
+var egressRows = []int{70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 83, 84}
 
 // EgressSuite is Suite(b) plus the egress rows, for nodes that have the
 // egress harness: probe is the static egress probe binary
@@ -61,19 +62,11 @@ func EgressSuite(b *Backend, probe []byte) battery.Suite {
 		}
 		return runs[key]
 	}
-	for _, id := range EgressRows {
+	for _, id := range egressRows {
 		delete(s.NotApplicable, id)
-		s.Probes = append(s.Probes, battery.Probe{ID: id, Weakness: WeakOpenNetwork, Backends: []string{"microvm"},
-			Run: func(ctx context.Context, t battery.Target) battery.Observation {
-				mb, ok := t.Backend.(*Backend)
-				if !ok {
-					return battery.Observation{Observed: fmt.Sprintf("target is %T, not the microvm backend", t.Backend)}
-				}
-				if _, err := mb.probed(ctx); err != nil {
-					return battery.Observation{Observed: err.Error()}
-				}
-				return judgeEgress(id, run(ctx, mb))
-			}})
+		s.Probes = append(s.Probes, vmProbe(id, WeakOpenNetwork, func(ctx context.Context, mb *Backend) battery.Observation {
+			return judgeEgress(id, run(ctx, mb))
+		}))
 	}
 	return s
 }
@@ -147,9 +140,10 @@ func (b *Backend) runEgress(ctx context.Context, probe []byte, r *egressRun) (er
 	}
 	defer func() { err = errors.Join(err, s.Destroy(context.WithoutCancel(ctx))) }()
 	r.rows = egresstest.TruthTable("@GW@", peer.Addr().String())
-	child := egresstest.ProbeSpec{Checks: egresstest.Checks(egresstest.ChildRows(r.rows)), CA: rig.CAPEM, DNS: "@GW@:53"}
-	spec := egresstest.ProbeSpec{Checks: egresstest.Checks(r.rows), CA: rig.CAPEM, DNS: "@GW@:53", Child: &child}
-	res, err := s.Run(ctx, EgressInvocation("battery-egress", spec, probe))
+	to := probeTimeout(b.probe.accel)
+	child := egresstest.ProbeSpec{Checks: egresstest.Checks(egresstest.ChildRows(r.rows)), CA: rig.CAPEM, DNS: "@GW@:53", Timeout: to}
+	spec := egresstest.ProbeSpec{Checks: egresstest.Checks(r.rows), CA: rig.CAPEM, DNS: "@GW@:53", Child: &child, Timeout: to}
+	res, err := s.Run(ctx, egressInvocation("battery-egress", spec, probe))
 	if err != nil {
 		return err
 	}
@@ -164,6 +158,15 @@ func (b *Backend) runEgress(ctx context.Context, probe []byte, r *egressRun) (er
 	return nil
 }
 
+// probeTimeout is how long an in-guest egress check waits. An emulated
+// guest on a loaded host takes seconds for a TLS handshake.
+func probeTimeout(a vmm.Accel) time.Duration {
+	if a == vmm.TCG {
+		return 8 * time.Second
+	}
+	return 0 // egresstest's default
+}
+
 // egressScript runs the probe with the spec in $SPEC, the guest's resolver
 // (its gateway: the resolv.conf the guest agent wrote) put in for @GW@.
 const egressScript = `GW=$(awk '$1=="nameserver"{print $2; exit}' /etc/resolv.conf)
@@ -172,11 +175,11 @@ export ` + egresstest.ProbeEnv + `="$(printf '%s' "$SPEC" | sed "s/@GW@/$GW/g")"
 unset SPEC
 exec /work/egressprobe`
 
-// EgressInvocation runs the egress probe binary in a microVM guest under
+// egressInvocation runs the egress probe binary in a microVM guest under
 // the truth table's tenant policy; "@GW@" in spec stands for the guest's
 // gateway, known only inside the guest. Its stderr names the gateway and
 // the default route the guest has.
-func EgressInvocation(id string, spec egresstest.ProbeSpec, probe []byte) *sandbox.Invocation {
+func egressInvocation(id string, spec egresstest.ProbeSpec, probe []byte) *sandbox.Invocation {
 	js, _ := json.Marshal(spec) // plain data: cannot fail
 	return &sandbox.Invocation{
 		ID: id, Tenant: "egress-probe",

@@ -108,19 +108,25 @@ func Suite(b *Backend) battery.Suite {
 	}
 	s := battery.Suite{Target: battery.Target{Backend: b}, NotApplicable: notApplicable(b.cfg.Network != nil)}
 	for _, c := range checks {
-		s.Probes = append(s.Probes, battery.Probe{ID: c.id, Weakness: c.weak, Backends: []string{"microvm"},
-			Run: func(ctx context.Context, t battery.Target) battery.Observation {
-				mb, ok := t.Backend.(*Backend)
-				if !ok {
-					return battery.Observation{Observed: fmt.Sprintf("target is %T, not the microvm backend", t.Backend)}
-				}
-				if _, err := mb.probed(ctx); err != nil {
-					return battery.Observation{Observed: err.Error()}
-				}
-				return c.run(ctx, mb)
-			}})
+		s.Probes = append(s.Probes, vmProbe(c.id, c.weak, c.run))
 	}
 	return s
+}
+
+// vmProbe is a battery probe run on the target backend (or its weakened
+// copy) once it has probed.
+func vmProbe(id int, weak battery.Weakness, run func(context.Context, *Backend) battery.Observation) battery.Probe {
+	return battery.Probe{ID: id, Weakness: weak, Backends: []string{"microvm"},
+		Run: func(ctx context.Context, t battery.Target) battery.Observation {
+			mb, ok := t.Backend.(*Backend)
+			if !ok {
+				return battery.Observation{Observed: fmt.Sprintf("target is %T, not the microvm backend", t.Backend)}
+			}
+			if _, err := mb.probed(ctx); err != nil {
+				return battery.Observation{Observed: err.Error()}
+			}
+			return run(ctx, mb)
+		}}
 }
 
 func obs(tried string, bad []string, secure string) battery.Observation {
@@ -255,7 +261,7 @@ func notApplicable(withNet bool) map[int]string {
 		m[id] = noNIC
 	}
 	if withNet {
-		for _, id := range EgressRows {
+		for _, id := range egressRows {
 			delete(m, id) // these need the egress harness: EgressSuite
 		}
 	}

@@ -91,7 +91,7 @@ func netBackend(t *testing.T, tag string, mod func(*Config)) (*Backend, *egresst
 }
 
 func egressInv(t *testing.T, id string, spec egresstest.ProbeSpec) *sandbox.Invocation {
-	in := EgressInvocation(id, spec, probeFile(t).Data)
+	in := egressInvocation(id, spec, probeFile(t).Data)
 	in.Tenant = "tenant-a"
 	return in
 }
@@ -134,7 +134,7 @@ func TestEgressBattery(t *testing.T) {
 	full := EgressSuite(b, probeFile(t).Data)
 	s := battery.Suite{Target: full.Target, NotApplicable: map[int]string{}}
 	for _, p := range full.Probes {
-		if slices.Contains(EgressRows, p.ID) {
+		if slices.Contains(egressRows, p.ID) {
 			s.Probes = append(s.Probes, p)
 		}
 	}
@@ -144,7 +144,7 @@ func TestEgressBattery(t *testing.T) {
 	}
 	seen := 0
 	for _, o := range rec.Outcomes {
-		if !slices.Contains(EgressRows, o.ID) {
+		if !slices.Contains(egressRows, o.ID) {
 			continue
 		}
 		seen++
@@ -158,8 +158,8 @@ func TestEgressBattery(t *testing.T) {
 			t.Errorf("the guest's resolver and route are not its slot's gateway: %s", o.Tried)
 		}
 	}
-	if seen != len(EgressRows) {
-		t.Errorf("%d egress rows judged, want %d", seen, len(EgressRows))
+	if seen != len(egressRows) {
+		t.Errorf("%d egress rows judged, want %d", seen, len(egressRows))
 	}
 	if left, err := netns.List("wovyr-" + egressTag + "-"); err != nil || len(left) > 0 {
 		t.Errorf("harness or slot namespaces survive: %v %v", left, err)
@@ -197,7 +197,7 @@ func TestEgressWarmClaim(t *testing.T) {
 			rows = append(rows, r)
 		}
 	}
-	spec := egresstest.ProbeSpec{Checks: egresstest.Checks(rows), CA: rig.CAPEM, DNS: gw + ":53"}
+	spec := egresstest.ProbeSpec{Checks: egresstest.Checks(rows), CA: rig.CAPEM, DNS: gw + ":53", Timeout: probeTimeout(b.probe.accel)}
 	_, rep := runReport(t, s, egressInv(t, "inv-warm-1", spec))
 	egresstest.AssertTable(t, rows, rep, 0)
 	assertNoCanary(t, rig)
