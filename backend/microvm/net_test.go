@@ -52,7 +52,7 @@ func probeFile(t *testing.T) sandbox.File {
 // netBackend is the shared backend with an egress service on a fresh rig
 // (tag names its namespaces); cleanup closes both and checks that nothing
 // of the slots is left.
-func netBackend(t *testing.T, tag string, mod func(*Config)) (*Backend, *egresstest.Rig, *egress.Service) {
+func netBackend(t testing.TB, tag string, mod func(*Config)) (*Backend, *egresstest.Rig, *egress.Service) {
 	t.Helper()
 	ctx := context.Background()
 	b := backend(t)
