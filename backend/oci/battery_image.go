@@ -91,12 +91,15 @@ func rawTemplate(b *Backend, dirs []string, links map[string]string) (string, fu
 	return tmpl, remove, nil
 }
 
-// probeMountTargets is row 16: templates whose mount targets are absolute
-// symlinks to a host canary directory — /.wovyr (where the agent is
-// mounted), /dev/null and /dev/shm, /proc, /workspace. Prepare must fail or stay inside its
-// root: the host writes nothing into the canary directory.
+// probeMountTargets is row 16 (the CVE-2025-31133 family: runtimes that
+// follow a symlinked mount target or /dev/null out of the root): templates
+// whose mount targets are absolute symlinks to a host canary directory —
+// /.wovyr (where the agent is mounted), /dev/null and /dev/shm, /dev/console,
+// /proc, /workspace, and the whole /dev, /sys and /tmp. Prepare must fail or
+// stay inside its root: the host writes nothing into the canary directory.
+// (A masked path left unmasked by a lost /dev/null is row 43's.)
 func probeMountTargets(ctx context.Context, t battery.Target) battery.Observation {
-	obs := battery.Observation{Tried: "templates with /.wovyr, /dev/null, /dev/shm, /proc, /workspace -> host canary; Prepare each; host checks the canary dir"}
+	obs := battery.Observation{Tried: "templates with /.wovyr, /dev/null, /dev/shm, /dev/console, /proc, /workspace, /dev, /sys, /tmp -> host canary; Prepare each; host checks the canary dir"}
 	dir, file, marker, cleanup, err := hostCanary()
 	if err != nil {
 		obs.Observed = err.Error()
@@ -107,11 +110,18 @@ func probeMountTargets(ctx context.Context, t battery.Target) battery.Observatio
 	var prep []string
 	for _, links := range []map[string]string{
 		{".wovyr": dir},
-		{"dev/null": file, "dev/shm": dir},
+		{"dev/null": file, "dev/shm": dir, "dev/console": file},
 		{"proc": dir},
 		{"workspace": dir},
+		{"dev": dir},
+		{"sys": dir},
+		{"tmp": dir},
 	} {
-		tmpl, remove, err := rawTemplate(b, []string{"etc", "dev"}, links)
+		dirs := []string{"etc"}
+		if _, ok := links["dev"]; !ok {
+			dirs = append(dirs, "dev")
+		}
+		tmpl, remove, err := rawTemplate(b, dirs, links)
 		if err != nil {
 			obs.Observed = err.Error()
 			return obs

@@ -3,23 +3,53 @@ package oci
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/wovyr/wovyr/battery"
 )
 
+// batteryBackends are the configurations the battery must certify: the
+// container backend on each runtime it can be configured with (crun, runc)
+// and gvisor on runsc. A regression on any of them fails the test.
+func batteryBackends(t *testing.T) map[string]*Backend {
+	t.Helper()
+	out := map[string]*Backend{}
+	for name, mk := range map[string]func() (*Backend, error){
+		"container-crun": func() (*Backend, error) { c := testConfig(t); c.Runtime = "crun"; return NewContainer(c) },
+		"container-runc": func() (*Backend, error) { c := testConfig(t); c.Runtime = "runc"; return NewContainer(c) },
+		"gvisor":         func() (*Backend, error) { return NewGVisor(testConfig(t)) },
+	} {
+		b, err := mk()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = b
+	}
+	return out
+}
+
 // TestBattery runs the certification battery: every applicable row has a
 // probe that holds and a positive control that flags (on gvisor, rows its
 // Sentry keeps safe whatever the spec says are controlled on the container
-// backend), so both backends certify.
+// backend), so every configuration certifies. The configurations run in
+// parallel: each probe makes its own sandboxes, uid slots and canaries.
 func TestBattery(t *testing.T) {
-	for name, b := range newBackends(t) {
+	only := os.Getenv("WOVYR_BATTERY_ONLY") // e.g. "container-runc" while debugging one runtime
+	for name, b := range batteryBackends(t) {
+		if only != "" && !strings.Contains(name, only) {
+			continue
+		}
 		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 			defer cancel()
+			if c := b.Probe(ctx); !c.Available {
+				t.Fatalf("%s unavailable: %s", name, c.Reason)
+			}
 			s := Suite(b, "busybox")
-			rec, err := battery.Run(ctx, s, os.Stderr)
+			rec, err := battery.Run(ctx, s, prefixed{name})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -43,4 +73,17 @@ func TestBattery(t *testing.T) {
 			}
 		})
 	}
+}
+
+// prefixed writes battery progress to stderr with each line tagged by its
+// configuration, since the configurations run at once.
+type prefixed struct{ name string }
+
+func (p prefixed) Write(b []byte) (int, error) {
+	for _, l := range strings.SplitAfter(string(b), "\n") {
+		if l != "" {
+			os.Stderr.WriteString("[" + p.name + "] " + l)
+		}
+	}
+	return len(b), nil
 }
