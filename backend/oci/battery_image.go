@@ -97,9 +97,14 @@ func rawTemplate(b *Backend, dirs []string, links map[string]string) (string, fu
 // /.wovyr (where the agent is mounted), /dev/null and /dev/shm, /dev/console,
 // /proc, /workspace, and the whole /dev, /sys and /tmp. Prepare must fail or
 // stay inside its root: the host writes nothing into the canary directory.
-// (A masked path left unmasked by a lost /dev/null is row 43's.)
+// wovyr's rootfs assembly refuses a non-directory at every mount target the
+// template could hold, so most variants never reach the runtime; /dev/*
+// does, under the runtime's own /dev tmpfs. (A masked path left unmasked by
+// a lost /dev/null is row 43's.) Then the runtime itself gets the /dev/null
+// symlink wovyr's spec never lets it see (devNullAttempt): a runtime that
+// follows it fails the row, whatever wovyr's own defences.
 func probeMountTargets(ctx context.Context, t battery.Target) battery.Observation {
-	obs := battery.Observation{Tried: "templates with /.wovyr, /dev/null, /dev/shm, /dev/console, /proc, /workspace, /dev, /sys, /tmp -> host canary; Prepare each; host checks the canary dir"}
+	obs := battery.Observation{Tried: "templates with /.wovyr, /dev/null, /dev/shm, /dev/console, /proc, /workspace, /dev, /sys, /tmp -> host canary; Prepare each; host checks the canary dir; then the runtime run directly on a root whose /dev/null -> a host canary file (CVE-2025-31133)"}
 	dir, file, marker, cleanup, err := hostCanary()
 	if err != nil {
 		obs.Observed = err.Error()
@@ -144,6 +149,15 @@ func probeMountTargets(ctx context.Context, t battery.Target) battery.Observatio
 	got, _ := os.ReadFile(file)
 	obs.Observed = fmt.Sprintf("%q; canary dir holds %v", prep, names)
 	obs.Secure = slices.Equal(names, []string{"secret"}) && string(got) == marker
+	d, err := b.chosen(ctx)
+	if err != nil {
+		obs.Observed += "; runtime: " + err.Error()
+		obs.Secure = false
+		return obs
+	}
+	raw, held := devNullAttempt(ctx, b, d)
+	obs.Observed += "; the runtime itself, " + raw
+	obs.Secure = obs.Secure && held
 	return obs
 }
 

@@ -30,11 +30,20 @@ func batteryBackends(t *testing.T) map[string]*Backend {
 	return out
 }
 
+// knownFailures are the rows a packaged runtime really fails, by its
+// version, each recorded in an ADR: the backend stays uncertified on that
+// runtime, and a run where the row holds again fails too (the ADR and this
+// list must then change). Every other row must pass everywhere.
+var knownFailures = map[string]map[int]string{
+	"runc version 1.1.5+ds1": {16: "follows a symlinked /dev/null and truncates its target (CVE-2025-31133, fixed in runc 1.2.8): docs/adr/0010-runc.md"},
+}
+
 // TestBattery runs the certification battery: every applicable row has a
 // probe that holds and a positive control that flags (on gvisor, rows its
 // Sentry keeps safe whatever the spec says are controlled on the container
-// backend), so every configuration certifies. The configurations run in
-// parallel: each probe makes its own sandboxes, uid slots and canaries.
+// backend), so every configuration certifies but for knownFailures. The
+// configurations run in parallel: each probe makes its own sandboxes, uid
+// slots and canaries.
 func TestBattery(t *testing.T) {
 	only := os.Getenv("WOVYR_BATTERY_ONLY") // e.g. "container-runc" while debugging one runtime
 	for name, b := range batteryBackends(t) {
@@ -57,7 +66,14 @@ func TestBattery(t *testing.T) {
 			for _, p := range s.Probes {
 				impl[p.ID] = true
 			}
+			known := knownFailures[rec.RuntimeVersion]
 			for _, o := range rec.Outcomes {
+				if why, ok := known[o.ID]; ok {
+					if o.Applies && o.Pass {
+						t.Errorf("#%d %s now holds on %s, known to fail (%s): update the ADR and knownFailures", o.ID, o.Name, rec.RuntimeVersion, why)
+					}
+					continue
+				}
 				switch {
 				case !o.Applies:
 				case !impl[o.ID]:
@@ -67,6 +83,13 @@ func TestBattery(t *testing.T) {
 				case !o.ControlFlagged:
 					t.Errorf("#%d %s: control did not flag: %s", o.ID, o.Name, o.ControlObserved)
 				}
+			}
+			if len(known) > 0 {
+				if rec.Passed {
+					t.Fatalf("%s certified despite its known failures %v", name, known)
+				}
+				t.Logf("%s (%s) stays uncertified, as recorded: %v", name, rec.RuntimeVersion, rec.Failed())
+				return
 			}
 			if !rec.Passed {
 				t.Fatalf("%s is not certified: %v", name, rec.Failed())

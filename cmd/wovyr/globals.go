@@ -79,6 +79,9 @@ func parseGlobals(args []string) (*globals, []string, error) {
 			return nil, nil, errors.New("unknown global flag " + name)
 		}
 	}
+	if r := filepath.Base(g.containerRuntime); g.containerRuntime != "auto" && r != "crun" && r != "runc" {
+		return nil, nil, fmt.Errorf("--container-runtime (or WOVYR_CONTAINER_RUNTIME) %q: want auto, crun, runc or a path to one", g.containerRuntime)
+	}
 	return g, args, nil
 }
 
