@@ -12,6 +12,7 @@ import (
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/wovyr/wovyr/idmap"
 	"github.com/wovyr/wovyr/image"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -50,7 +51,12 @@ func devNullAttempt(ctx context.Context, b *Backend, d *driver) (string, bool) {
 	id := newID(b.gvisor)
 	bundle := filepath.Join(b.run, "sb", id)
 	defer os.RemoveAll(bundle)
-	if err := devNullBundle(b, bundle, id, dir); err != nil {
+	sl, err := acquireSlot(b.run, b.cfg.UIDBase, b.cfg.Slots)
+	if err != nil {
+		return err.Error(), false
+	}
+	defer sl.release()
+	if err := devNullBundle(b, bundle, id, dir, sl.ids); err != nil {
 		return "bundle: " + err.Error(), false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -78,7 +84,7 @@ func devNullAttempt(ctx context.Context, b *Backend, d *driver) (string, bool) {
 
 // devNullBundle writes the attempt's bundle: a busybox root whose
 // dev/null is a symlink into the bound canary directory.
-func devNullBundle(b *Backend, bundle, id, canaryDir string) error {
+func devNullBundle(b *Backend, bundle, id, canaryDir string, ids idmap.Range) error {
 	rootfs := filepath.Join(bundle, "rootfs")
 	for _, d := range []string{"bin", "dev", "proc", "sys", "tmp", canaryMount[1:]} {
 		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
@@ -103,7 +109,6 @@ func devNullBundle(b *Backend, bundle, id, canaryDir string) error {
 	}
 	// The root belongs to the sandbox's root, as an overlay upper does, so
 	// the runtime may create its device nodes in /dev.
-	ids := b.rangeFor()
 	if err := filepath.Walk(rootfs, func(p string, _ os.FileInfo, err error) error {
 		if err != nil {
 			return err
