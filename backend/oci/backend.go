@@ -32,7 +32,8 @@ type Backend struct {
 	driver *driver // chosen by the first successful probe
 }
 
-// NewContainer returns the container backend: crun, runc as fallback.
+// NewContainer returns the container backend: crun, runc as fallback, or
+// the runtime Config.Runtime names.
 func NewContainer(cfg Config) (*Backend, error) {
 	return newBackend(cfg, "container", sandbox.Container, false)
 }
@@ -45,6 +46,9 @@ func NewGVisor(cfg Config) (*Backend, error) {
 func newBackend(cfg Config, name string, s sandbox.Strength, gvisor bool) (*Backend, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	if cfg.Runtime, err = cfg.checkRuntime(gvisor); err != nil {
 		return nil, err
 	}
 	b := &Backend{cfg: cfg, name: name, strength: s, gvisor: gvisor, run: runDir(cfg.StateDir)}

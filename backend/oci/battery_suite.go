@@ -124,7 +124,9 @@ func Suite(b *Backend, image string) battery.Suite {
 var gvisorOwnKernel = []int{10, 12, 17, 43, 45, 48, 60}
 
 func gvisorControls(b *Backend, probes []battery.Probe) {
-	c, err := NewContainer(b.cfg)
+	cfg := b.cfg
+	cfg.Runtime = ""
+	c, err := NewContainer(cfg)
 	if err != nil {
 		return // the controls then fail, and gvisor stays uncertified
 	}

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/wovyr/wovyr/idmap"
+	"github.com/wovyr/wovyr/sandbox"
 )
 
 // Config configures a backend. It is read once, by NewContainer/NewGVisor.
@@ -24,9 +26,11 @@ type Config struct {
 	// every sandbox as its init. Empty means "wovyr-guest" next to the
 	// running executable.
 	Agent string
-	// Runtime forces one runtime binary ("crun", "runc", "runsc" or a
-	// path). Empty picks by probing: crun then runc for container, runsc
-	// for gvisor.
+	// Runtime forces one runtime binary: "crun" or "runc" for container,
+	// "runsc" for gvisor, or a path to a binary of that name. Empty (or
+	// "auto") picks by probing: crun then runc for container, runsc for
+	// gvisor. The runtime's name and version are part of the backend's
+	// certification key, so each runtime is certified on its own.
 	Runtime string
 	// Platform forces runsc's --platform. Empty probes systrap then
 	// ptrace; "kvm" is refused unless set explicitly here.
@@ -82,6 +86,22 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return c, nil
+}
+
+// checkRuntime validates Runtime for the container (gvisor false) or gvisor
+// backend and returns it with "auto" made empty.
+func (c Config) checkRuntime(gvisor bool) (string, error) {
+	if c.Runtime == "" || c.Runtime == "auto" {
+		return "", nil
+	}
+	allowed := []string{"crun", "runc"}
+	if gvisor {
+		allowed = []string{"runsc"}
+	}
+	if !slices.Contains(allowed, filepath.Base(c.Runtime)) {
+		return "", sandbox.Errorf(sandbox.BadInput, "runtime", "runtime %q: want auto or one of %v (or a path to one)", c.Runtime, allowed)
+	}
+	return c.Runtime, nil
 }
 
 // runDir is the root of everything this package creates under the state dir.
