@@ -25,7 +25,7 @@
 // as accel=tcg. docs/adr/0006-microvm-tcg.md says what TCG means for the
 // isolation claim.
 //
-// Egress (net.go, ADR 0010): without Config.Network a VM has no NIC and any
+// Egress (net.go, ADR 0011): without Config.Network a VM has no NIC and any
 // allow rule is Unenforceable. With it, a VM that needs a network gets one
 // virtio-net device whose host side is a tap inside its own egress slot
 // (package egress), handed to QEMU as a descriptor; the guest configures it
