@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/idmap"
 )
 
@@ -43,6 +44,12 @@ type Config struct {
 	DefaultImage string
 	// Logger receives lifecycle logs. Nil discards them.
 	Logger *slog.Logger
+	// Network, if set, gives container sandboxes allowlisted egress: each
+	// is prepared inside its own slot of this service (deny-all until Run
+	// applies the tenant's policy; see egress.go). Nil: a loopback-only
+	// network namespace and deny-all policies only. gVisor ignores it
+	// (--network=none; ADR 0009).
+	Network *egress.Service
 }
 
 const rangeSize = 65536

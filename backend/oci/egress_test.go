@@ -1,0 +1,284 @@
+package oci
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wovyr/wovyr/egress"
+	"github.com/wovyr/wovyr/egress/egresstest"
+	"github.com/wovyr/wovyr/image"
+	"github.com/wovyr/wovyr/netpolicy"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// probeBin is where the egress probe sits in the test's template.
+const probeBin = "/usr/local/bin/egressprobe"
+
+// egressImage makes a template for this test run: busybox plus a static
+// egress probe (egresstest.RunProbe). It is removed when the test ends.
+func egressImage(t testing.TB) string {
+	t.Helper()
+	imgs := filepath.Join(testState, "images")
+	name := fmt.Sprintf("egress-probe-%d", os.Getpid())
+	if image.Exists(imgs, name) {
+		return name
+	}
+	root := image.RootFS(imgs, name)
+	if err := os.MkdirAll(filepath.Dir(root), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = image.Remove(imgs, name) })
+	if out, err := exec.Command("cp", "-a", image.RootFS(imgs, "busybox"), root).CombinedOutput(); err != nil {
+		t.Fatalf("copy busybox template: %v %s", err, out)
+	}
+	if err := os.MkdirAll(filepath.Join(root, filepath.Dir(probeBin)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command("go", "build", "-o", filepath.Join(root, probeBin), "github.com/wovyr/wovyr/egress/egresstest/egressprobe")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build egress probe: %v\n%s", err, out)
+	}
+	return name
+}
+
+// egressRig is a rig, an egress service on it and a container backend
+// using that service.
+type egressRig struct {
+	rig *egresstest.Rig
+	cfg egress.Config
+	svc *egress.Service
+	b   *Backend
+}
+
+func newEgressRig(t *testing.T, tag string) *egressRig {
+	t.Helper()
+	ctx := context.Background()
+	rig, err := egresstest.New(ctx, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &egressRig{rig: rig, cfg: rig.Config()}
+	t.Cleanup(func() {
+		if r.svc != nil {
+			if err := r.svc.Close(ctx); err != nil {
+				t.Error(err)
+			}
+			if left, err := egress.Find(ctx, r.cfg); err != nil || !left.Empty() {
+				t.Errorf("egress leftovers: %+v %v", left, err)
+			}
+		}
+		if err := rig.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := egress.Reconcile(ctx, r.cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r.svc, err = egress.NewService(ctx, r.cfg, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t)
+	cfg.Network = r.svc
+	if r.b, err = NewContainer(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// runProbe runs the egress probe with spec in a prepared sandbox and
+// returns its report.
+func runProbe(t *testing.T, sb *Sandbox, tenant string, policy netpolicy.Policy, spec egresstest.ProbeSpec) egresstest.Report {
+	t.Helper()
+	js, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := sb.Run(ctx, &sandbox.Invocation{
+		ID: "inv-" + sb.id, Tenant: tenant,
+		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Image: sb.image, Argv: []string{probeBin},
+			Env: []string{egresstest.ProbeEnv + "=" + string(js)}},
+		Limits: sandbox.Limits{Wall: time.Minute, Pids: 512},
+		Policy: sandbox.Policy{Trust: sandbox.Trusted, Network: policy},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Class != sandbox.OK || res.ExitCode != 0 {
+		t.Fatalf("probe: class %q exit %d: %s\n%s", res.Class, res.ExitCode, res.Error, res.Stderr)
+	}
+	var rep egresstest.Report
+	if err := json.Unmarshal(res.Stdout, &rep); err != nil {
+		t.Fatalf("report: %v\n%s\n%s", err, res.Stdout, res.Stderr)
+	}
+	return rep
+}
+
+func prepareIn(t *testing.T, b *Backend, img string) *Sandbox {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The probe runs its checks concurrently: room for its threads.
+	sb, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand, Image: img, Limits: sandbox.Limits{Pids: 512}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sb.(*Sandbox)
+	t.Cleanup(func() { _ = s.Destroy(context.Background()) })
+	return s
+}
+
+// TestEgressTruthTableContainer runs BATTERY 70–84 (egresstest.TruthTable,
+// the same rows as the native backend's) through the container backend: a
+// warm sandbox prepared in a deny-all slot is claimed with the tenant's
+// allowlist; the probe and a re-executed child of it see exactly that
+// allowlist; the harness DNS server never sees the canary; nothing is left.
+func TestEgressTruthTableContainer(t *testing.T) {
+	r := newEgressRig(t, "oc")
+	img := egressImage(t)
+	ctx := context.Background()
+	if capa := r.b.Probe(ctx); !capa.Available || !capa.Egress {
+		t.Fatalf("probe with an egress service: %+v", capa)
+	}
+	peer := prepareIn(t, r.b, img)
+	sb := prepareIn(t, r.b, img)
+	gw := sb.Slot().Gateway().String()
+	rows := egresstest.TruthTable(gw, peer.Slot().Addr().String())
+	spec := egresstest.ProbeSpec{Checks: egresstest.Checks(rows), CA: r.rig.CAPEM, DNS: gw + ":53"}
+	child := spec
+	child.Checks = egresstest.Checks(egresstest.ChildRows(rows))
+	spec.Child = &child
+	rep := runProbe(t, sb, "tenant-a", egresstest.TenantPolicy, spec)
+	egresstest.AssertTable(t, rows, rep, 0)
+	if rep.Child == nil {
+		t.Fatalf("child report missing: %s", rep.ChildErr)
+	}
+	egresstest.AssertTable(t, egresstest.ChildRows(rows), *rep.Child, 1)
+	for _, q := range r.rig.Queries() {
+		if strings.Contains(q, egresstest.Canary) {
+			t.Errorf("the harness DNS server saw the canary: %s", q)
+		}
+	}
+	for _, s := range []*Sandbox{sb, peer} {
+		if err := s.Destroy(ctx); err != nil {
+			t.Fatal(err)
+		}
+		assertNoLeftovers(t, r.b, s)
+	}
+}
+
+// TestEgressDenyAllInSlot: a sandbox prepared in a slot and claimed with no
+// policy reaches nothing, names included, as without an egress service.
+func TestEgressDenyAllInSlot(t *testing.T) {
+	r := newEgressRig(t, "od")
+	img := egressImage(t)
+	sb := prepareIn(t, r.b, img)
+	gw := sb.Slot().Gateway().String()
+	rows := []egresstest.Row{
+		{C: egresstest.Check{ID: "tcp", Kind: "tcp", Addr: "10.213.200.1:7001"}, Want: false},
+		{C: egresstest.Check{ID: "dns", Kind: "dns", Addr: gw + ":53", Host: "allowed.test"}, Want: false},
+		{C: egresstest.Check{ID: "http", Kind: "http", Addr: "10.213.200.1:80", Host: "allowed.test"}, Want: false},
+		{C: egresstest.Check{ID: "metadata", Kind: "tcp", Addr: "169.254.169.254:80"}, Want: false},
+	}
+	rep := runProbe(t, sb, "tenant-b", netpolicy.Policy{}, egresstest.ProbeSpec{Checks: egresstest.Checks(rows), DNS: gw + ":53"})
+	egresstest.AssertTable(t, rows, rep, 0)
+}
+
+// TestEgressNoNetAdmin: the slot's netns belongs to the host's user
+// namespace, so the container's root cannot change links, addresses,
+// routes or firewall rules in it (BATTERY 83), and its resolv.conf names
+// the stub.
+func TestEgressNoNetAdmin(t *testing.T) {
+	r := newEgressRig(t, "ot")
+	sb := prepareIn(t, r.b, "busybox")
+	script := `cat /etc/resolv.conf
+ip link set eth0 down 2>/dev/null && echo LINKDOWN
+ip addr add 10.213.0.99/32 dev eth0 2>/dev/null && echo ADDR
+ip route add 10.213.200.0/24 dev eth0 2>/dev/null && echo ROUTE
+ip link add dummy0 type dummy 2>/dev/null && echo LINK
+echo 0 > /proc/sys/net/ipv4/conf/eth0/rp_filter 2>/dev/null && echo SYSCTL
+ls -A /sys | wc -l
+ip -4 -o addr show eth0 | awk '{print $4}'
+echo end`
+	inv := cmd("/bin/sh", "-c", script)
+	inv.Workload.Image = "busybox"
+	inv.Policy.Network = egresstest.TenantPolicy
+	res, err := sb.Run(context.Background(), inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := string(sb.Slot().ResolvConf()) + "1\n" + sb.Slot().Addr().String() + "/30\nend\n"
+	if got := string(res.Stdout); got != want {
+		t.Fatalf("stdout %q, want %q (stderr %q)", got, want, res.Stderr)
+	}
+}
+
+// TestEgressRefusals: allowlists are refused with a typed error before
+// anything is claimed where they cannot be enforced — always on gVisor
+// (--network=none, ADR 0009), on a container backend without an egress
+// service, and for IPv6 rules everywhere (slots are IPv4-only).
+func TestEgressRefusals(t *testing.T) {
+	r := newEgressRig(t, "or")
+	cfg := testConfig(t)
+	cfg.Network = r.svc
+	g, err := NewGVisor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := NewContainer(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v6 := netpolicy.Policy{Allow: []netpolicy.Rule{{CIDR: "2001:db8::/32", Ports: []uint16{443}}}}
+	for _, c := range []struct {
+		name string
+		b    *Backend
+		p    netpolicy.Policy
+		want sandbox.Class
+	}{
+		{"gvisor-allowlist", g, egresstest.TenantPolicy, sandbox.Unenforceable},
+		{"gvisor-deny-all", g, netpolicy.Policy{}, ""},
+		{"container-without-service", plain, egresstest.TenantPolicy, sandbox.Unenforceable},
+		{"container-ipv6", r.b, v6, sandbox.Unenforceable},
+		{"container-port-0", r.b, netpolicy.Policy{Allow: []netpolicy.Rule{{Host: "a.test", Ports: []uint16{0}}}}, sandbox.BadInput},
+		{"container-allowlist", r.b, egresstest.TenantPolicy, ""},
+	} {
+		err := c.b.CheckNetwork(c.p)
+		if got := sandbox.ClassOf(err); got != c.want || (c.want == "") != (err == nil) {
+			t.Errorf("%s: %v (class %q), want class %q", c.name, err, got, c.want)
+		}
+	}
+	ctx := context.Background()
+	if capa := g.Probe(ctx); !capa.Available || capa.Egress {
+		t.Fatalf("gvisor with an egress service must stay deny-all: %+v", capa)
+	}
+	// Run refuses too, before claiming: the same sandbox then runs a
+	// deny-all invocation.
+	sb := prepareIn(t, g, "busybox")
+	inv := cmd("/bin/true")
+	inv.Policy.Network = egresstest.TenantPolicy
+	if _, err := sb.Run(ctx, inv); sandbox.ClassOf(err) != sandbox.Unenforceable {
+		t.Fatalf("gvisor run with an allowlist: %v", err)
+	}
+	inv.Policy.Network = netpolicy.Policy{}
+	if res, err := sb.Run(ctx, inv); err != nil || res.ExitCode != 0 {
+		t.Fatalf("deny-all run after the refusal: %v %+v", err, res)
+	}
+	if sb.Slot() != nil {
+		t.Fatal("a gvisor sandbox got an egress slot")
+	}
+	if !errors.Is(g.CheckNetwork(egresstest.TenantPolicy), sandbox.Unenforceable) {
+		t.Fatal("gvisor refusal is not errors.Is Unenforceable")
+	}
+}
