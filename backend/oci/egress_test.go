@@ -13,9 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/egress/egresstest"
 	"github.com/wovyr/wovyr/image"
+	"github.com/wovyr/wovyr/manager"
 	"github.com/wovyr/wovyr/netpolicy"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -222,6 +226,47 @@ echo end`
 	if got := string(res.Stdout); got != want {
 		t.Fatalf("stdout %q, want %q (stderr %q)", got, want, res.Stderr)
 	}
+	// The kernel state behind it: the slot's netns is owned by the host's
+	// user namespace, and the container's own user namespace is another.
+	owner := nsOwner(t, sb.Slot().NetnsPath())
+	if host := nsIno(t, "/proc/self/ns/user"); owner != host {
+		t.Fatalf("slot netns is owned by user namespace %d, not the host's %d", owner, host)
+	}
+	if theirs := nsIno(t, fmt.Sprintf("/proc/%d/ns/user", sb.agentPID)); theirs == owner {
+		t.Fatal("the container runs in the user namespace that owns its netns")
+	}
+	if theirs, slot := nsIno(t, fmt.Sprintf("/proc/%d/ns/net", sb.agentPID)), nsIno(t, sb.Slot().NetnsPath()); theirs != slot {
+		t.Fatalf("the container's netns %d is not its slot's %d", theirs, slot)
+	}
+}
+
+// nsOwner returns the inode of the user namespace owning namespace path.
+func nsOwner(t *testing.T, path string) uint64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fd, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_USERNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+func nsIno(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
 }
 
 // TestEgressRefusals: allowlists are refused with a typed error before
@@ -280,5 +325,45 @@ func TestEgressRefusals(t *testing.T) {
 	}
 	if !errors.Is(g.CheckNetwork(egresstest.TenantPolicy), sandbox.Unenforceable) {
 		t.Fatal("gvisor refusal is not errors.Is Unenforceable")
+	}
+}
+
+// anyCert certifies every key: TestEgressSelect is about the network
+// check, not certification.
+type anyCert struct{}
+
+func (anyCert) Cert(k cert.Key) (cert.Record, error) {
+	return cert.Record{Key: k, Passed: true, Outcomes: []cert.Outcome{{ID: 70, Applies: true, Pass: true, ControlFlagged: true}}}, nil
+}
+
+// TestEgressSelect: at Select time the manager refuses an allowlist on
+// gVisor (Capability.Egress=false) with a floor error naming why, and picks
+// the container backend with an egress service where the floor allows it.
+func TestEgressSelect(t *testing.T) {
+	r := newEgressRig(t, "os")
+	cfg := testConfig(t)
+	cfg.Network = r.svc
+	g, err := NewGVisor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := manager.New(manager.Config{Backends: []sandbox.Backend{r.b, g}, Certs: anyCert{}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	allow := sandbox.Policy{Trust: sandbox.Untrusted, Network: egresstest.TenantPolicy}
+	_, err = m.Select(ctx, allow, sandbox.KindCommand)
+	var fe *sandbox.FloorError
+	if !errors.As(err, &fe) || len(fe.Rejections) != 1 || fe.Rejections[0].Backend != "gvisor" ||
+		!strings.Contains(fe.Rejections[0].Reason, "egress allowlist") {
+		t.Fatalf("untrusted with an allowlist: %v, want floor-unmet naming gvisor's egress", err)
+	}
+	if b, err := m.Select(ctx, sandbox.Policy{Trust: sandbox.Untrusted}, sandbox.KindCommand); err != nil || b.Name() != "gvisor" {
+		t.Fatalf("untrusted deny-all: %v %v, want gvisor", b, err)
+	}
+	allow.Trust = sandbox.Internal
+	if b, err := m.Select(ctx, allow, sandbox.KindCommand); err != nil || b.Name() != "container" {
+		t.Fatalf("internal with an allowlist: %v %v, want container", b, err)
 	}
 }
