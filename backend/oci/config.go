@@ -50,6 +50,11 @@ type Config struct {
 	// network namespace and deny-all policies only. gVisor ignores it
 	// (--network=none; ADR 0009).
 	Network *egress.Service
+	// EgressProbe is the host path of a static egress probe
+	// (egress/egresstest/egressprobe, CGO_ENABLED=0) that the battery
+	// ships into container sandboxes for rows 71–84 when Network is set.
+	// Empty means "wovyr-egressprobe" next to the running executable.
+	EgressProbe string
 }
 
 const rangeSize = 65536
@@ -69,6 +74,13 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("oci: locate agent: %w", err)
 		}
 		c.Agent = filepath.Join(filepath.Dir(exe), "wovyr-guest")
+	}
+	if c.EgressProbe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return c, fmt.Errorf("oci: locate egress probe: %w", err)
+		}
+		c.EgressProbe = filepath.Join(filepath.Dir(exe), "wovyr-egressprobe")
 	}
 	if c.UIDBase == 0 {
 		c.UIDBase = 1 << 31

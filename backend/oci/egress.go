@@ -9,6 +9,7 @@ import (
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/egress/netns"
 	"github.com/wovyr/wovyr/netpolicy"
@@ -81,7 +82,11 @@ func (s *Sandbox) applyNetwork(ctx context.Context, inv *sandbox.Invocation) err
 	if s.net == nil {
 		return nil
 	}
-	return s.net.Apply(ctx, egress.Binding{Tenant: inv.Tenant, Invocation: inv.ID, Policy: inv.Policy.Network})
+	p := inv.Policy.Network
+	if s.b.weak == EgressOpen {
+		p = openPolicy // positive control: the tenant's allowlist is ignored
+	}
+	return s.net.Apply(ctx, egress.Binding{Tenant: inv.Tenant, Invocation: inv.ID, Policy: p})
 }
 
 // joinSlot points spec at the slot's netns (by path), binds resolv (a host
@@ -123,3 +128,52 @@ func (b *Backend) hashNetwork(spec *specs.Spec) {
 // Slot returns the sandbox's egress slot (nil without Config.Network): for
 // tests and the battery, which address the slot's gateway and peers.
 func (s *Sandbox) Slot() *egress.Slot { return s.net }
+
+// Weaknesses of the egress wiring, for the battery's positive controls.
+const (
+	// EgressOpen: the slot is bound to openPolicy instead of the tenant's
+	// allowlist (every port the rows use, metadata named explicitly, every
+	// name the rig serves).
+	EgressOpen battery.Weakness = "egress-open"
+	// EgressHostNetns: the container joins the egress service's host
+	// namespace instead of its slot (no host-side table in the way).
+	EgressHostNetns battery.Weakness = "egress-host-netns"
+)
+
+// openPolicy is EgressOpen's policy.
+var openPolicy = func() netpolicy.Policy {
+	tcp := []uint16{22, 53, 80, 443, 853, 3129, 7001, 7002, 9000}
+	names := []uint16{80, 443, 9000}
+	p := netpolicy.Policy{Allow: []netpolicy.Rule{
+		{CIDR: "0.0.0.0/0", Ports: tcp},
+		{CIDR: "0.0.0.0/0", Ports: []uint16{53, 7003}, Protocol: "udp"}, // udp/443 is never valid
+		{CIDR: "169.254.169.254/32", Ports: tcp},
+		{CIDR: "100.100.100.200/32", Ports: tcp},
+	}}
+	for _, h := range []string{"allowed.test", "other.test", "front.test", "meta.test", "host.test", "rebind.test",
+		"wild.test", "*.wild.test", "evilwild.test", "*.evil.test", "xn--wild-9oa.test", "*.exfil.test"} {
+		p.Allow = append(p.Allow, netpolicy.Rule{Host: h, Ports: names})
+	}
+	return p
+}()
+
+// netnsPath is the network namespace the sandbox's spec joins.
+func (s *Sandbox) netnsPath() string {
+	if s.b.weak == EgressHostNetns {
+		if h := s.b.cfg.Network.HostNetns(); h != "" {
+			return h
+		}
+		return "/proc/1/ns/net"
+	}
+	return s.net.NetnsPath()
+}
+
+// withNetwork is a copy of b (weakness included) whose sandboxes use svc.
+func (b *Backend) withNetwork(svc *egress.Service) *Backend {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	cfg := b.cfg
+	cfg.Network = svc
+	return &Backend{cfg: cfg, name: b.name, strength: b.strength, gvisor: b.gvisor,
+		agent: b.agent, run: b.run, driver: b.driver, weak: b.weak}
+}

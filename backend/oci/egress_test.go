@@ -9,12 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/egress/egresstest"
@@ -47,12 +49,18 @@ func egressImage(t testing.TB) string {
 	if err := os.MkdirAll(filepath.Join(root, filepath.Dir(probeBin)), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	build := exec.Command("go", "build", "-o", filepath.Join(root, probeBin), "github.com/wovyr/wovyr/egress/egresstest/egressprobe")
+	buildEgressProbe(t, filepath.Join(root, probeBin))
+	return name
+}
+
+// buildEgressProbe builds the static egress probe at dst.
+func buildEgressProbe(t testing.TB, dst string) {
+	t.Helper()
+	build := exec.Command("go", "build", "-o", dst, "github.com/wovyr/wovyr/egress/egresstest/egressprobe")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build egress probe: %v\n%s", err, out)
 	}
-	return name
 }
 
 // egressRig is a rig, an egress service on it and a container backend
@@ -64,7 +72,7 @@ type egressRig struct {
 	b   *Backend
 }
 
-func newEgressRig(t *testing.T, tag string) *egressRig {
+func newEgressRig(t testing.TB, tag string) *egressRig {
 	t.Helper()
 	ctx := context.Background()
 	rig, err := egresstest.New(ctx, tag)
@@ -129,7 +137,7 @@ func runProbe(t *testing.T, sb *Sandbox, tenant string, policy netpolicy.Policy,
 	return rep
 }
 
-func prepareIn(t *testing.T, b *Backend, img string) *Sandbox {
+func prepareIn(t testing.TB, b *Backend, img string) *Sandbox {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -237,6 +245,31 @@ echo end`
 	}
 	if theirs, slot := nsIno(t, fmt.Sprintf("/proc/%d/ns/net", sb.agentPID)), nsIno(t, sb.Slot().NetnsPath()); theirs != slot {
 		t.Fatalf("the container's netns %d is not its slot's %d", theirs, slot)
+	}
+}
+
+// TestEgressUserNSCapsDoNotReachSlot: capabilities inside the container's
+// own user namespace (the Privileged control: CAP_SYS_ADMIN, no seccomp)
+// give nothing over the slot's netns, which the host's user namespace owns;
+// host root (HostPrivileged) can change it — the control that the attempt
+// is real.
+func TestEgressUserNSCapsDoNotReachSlot(t *testing.T) {
+	r := newEgressRig(t, "ou")
+	for w, want := range map[battery.Weakness]string{Privileged: "rc=2", HostPrivileged: "rc=0"} {
+		wb, err := r.b.Weakened(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb := prepareIn(t, wb.(*Backend), "busybox")
+		inv := cmd("/bin/sh", "-c", "ip addr add 10.213.0.99/32 dev eth0 2>/dev/null; echo rc=$?")
+		inv.Workload.Image = "busybox"
+		res, err := sb.Run(context.Background(), inv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(string(res.Stdout)); got != want {
+			t.Errorf("%s: %q, want %q", w, got, want)
+		}
 	}
 }
 
@@ -365,5 +398,74 @@ func TestEgressSelect(t *testing.T) {
 	allow.Trust = sandbox.Internal
 	if b, err := m.Select(ctx, allow, sandbox.KindCommand); err != nil || b.Name() != "container" {
 		t.Fatalf("internal with an allowlist: %v %v, want container", b, err)
+	}
+}
+
+// slotRows are the battery rows outside 71–84 whose outcome or control
+// the slot changes (namespaces, spec lint, mounts, sysfs, sysctls, setns,
+// the deny-all row).
+var slotRows = []int{2, 6, 9, 10, 12, 27, 43, 70}
+
+// TestEgressBattery runs the container battery's egress rows (71–84) with
+// an egress service, and the rows the slot touches: each holds, and each
+// positive control flags — for the egress rows, the tenant's allowlist
+// replaced by an open one, the host netns instead of the slot, host root.
+// (With a slot, every other row's outcome is unchanged: run the whole
+// Suite with Config.Network to see; ~2 minutes.)
+func TestEgressBattery(t *testing.T) {
+	r := newEgressRig(t, "ob")
+	cfg := testConfig(t)
+	cfg.Network = r.svc
+	cfg.EgressProbe = filepath.Join(t.TempDir(), "egressprobe")
+	buildEgressProbe(t, cfg.EgressProbe)
+	b, err := NewContainer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Suite(b, "busybox")
+	var probes []battery.Probe
+	egressRows := 0
+	for _, p := range s.Probes {
+		if p.ID >= 71 && p.ID <= 84 {
+			egressRows++
+		}
+		if p.ID >= 71 && p.ID <= 84 || slices.Contains(slotRows, p.ID) {
+			probes = append(probes, p)
+		}
+	}
+	if egressRows != 13 {
+		t.Fatalf("%d egress probes, want 13 (71–84 but 82)", egressRows)
+	}
+	s.Probes = probes
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rec, err := battery.Run(ctx, s, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, o := range rec.Outcomes {
+		egress := o.ID >= 71 && o.ID <= 84
+		if !egress && !slices.Contains(slotRows, o.ID) {
+			continue
+		}
+		seen++
+		switch {
+		case o.ID == 82:
+			if o.Applies {
+				t.Errorf("#82 should not apply: %+v", o)
+			}
+		case !o.Pass:
+			t.Errorf("#%d %s: FAIL: %s", o.ID, o.Name, o.Observed)
+		case !o.ControlFlagged:
+			t.Errorf("#%d %s: control did not flag: %s", o.ID, o.Name, o.ControlObserved)
+		case egress && (!strings.Contains(o.ControlObserved, "of the row's checks wrong") || strings.Contains(o.ControlObserved, "] 0 of the row's")):
+			// The control must have run the table and seen this row's
+			// checks broken, not failed to run or broken only others.
+			t.Errorf("#%d %s: control flagged without a table: %s", o.ID, o.Name, o.ControlObserved)
+		}
+	}
+	if seen != 14+len(slotRows) {
+		t.Fatalf("%d outcomes for rows 71–84 and %v", seen, slotRows)
 	}
 }

@@ -194,7 +194,7 @@ func (s *Sandbox) writeSpec() error {
 		return err
 	}
 	if s.net != nil {
-		joinSlot(spec, s.net.NetnsPath(), filepath.Join(s.dir, "resolv.conf"))
+		joinSlot(spec, s.netnsPath(), filepath.Join(s.dir, "resolv.conf"))
 	}
 	weakenSpec(spec, s.b.weak)
 	if err := s.weakFiles(spec); err != nil {
