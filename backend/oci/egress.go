@@ -125,10 +125,6 @@ func (b *Backend) hashNetwork(spec *specs.Spec) {
 	}
 }
 
-// Slot returns the sandbox's egress slot (nil without Config.Network): for
-// tests and the battery, which address the slot's gateway and peers.
-func (s *Sandbox) Slot() *egress.Slot { return s.net }
-
 // Weaknesses of the egress wiring, for the battery's positive controls.
 const (
 	// EgressOpen: the slot is bound to openPolicy instead of the tenant's

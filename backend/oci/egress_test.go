@@ -72,7 +72,11 @@ type egressRig struct {
 	b   *Backend
 }
 
-func newEgressRig(t testing.TB, tag string) *egressRig {
+func newEgressRig(t testing.TB, tag string) *egressRig { return newEgressRigOn(t, tag, "") }
+
+// newEgressRigOn is newEgressRig with the container backend forced onto
+// runtime (empty: probed).
+func newEgressRigOn(t testing.TB, tag, runtime string) *egressRig {
 	t.Helper()
 	ctx := context.Background()
 	rig, err := egresstest.New(ctx, tag)
@@ -101,6 +105,7 @@ func newEgressRig(t testing.TB, tag string) *egressRig {
 	}
 	cfg := testConfig(t)
 	cfg.Network = r.svc
+	cfg.Runtime = runtime
 	if r.b, err = NewContainer(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -157,16 +162,22 @@ func prepareIn(t testing.TB, b *Backend, img string) *Sandbox {
 // allowlist; the probe and a re-executed child of it see exactly that
 // allowlist; the harness DNS server never sees the canary; nothing is left.
 func TestEgressTruthTableContainer(t *testing.T) {
-	r := newEgressRig(t, "oc")
+	for rt, tag := range map[string]string{"crun": "oc", "runc": "ocr"} {
+		t.Run(rt, func(t *testing.T) { egressTruthTable(t, tag, rt) })
+	}
+}
+
+func egressTruthTable(t *testing.T, tag, runtime string) {
+	r := newEgressRigOn(t, tag, runtime)
 	img := egressImage(t)
 	ctx := context.Background()
-	if capa := r.b.Probe(ctx); !capa.Available || !capa.Egress {
-		t.Fatalf("probe with an egress service: %+v", capa)
+	if capa := r.b.Probe(ctx); !capa.Available || !capa.Egress || !strings.HasPrefix(capa.Version, runtime) {
+		t.Fatalf("probe on %s with an egress service: %+v", runtime, capa)
 	}
 	peer := prepareIn(t, r.b, img)
 	sb := prepareIn(t, r.b, img)
-	gw := sb.Slot().Gateway().String()
-	rows := egresstest.TruthTable(gw, peer.Slot().Addr().String())
+	gw := sb.net.Gateway().String()
+	rows := tableRows(gw, peer.net.Addr().String())
 	spec := egresstest.ProbeSpec{Checks: egresstest.Checks(rows), CA: r.rig.CAPEM, DNS: gw + ":53"}
 	child := spec
 	child.Checks = egresstest.Checks(egresstest.ChildRows(rows))
@@ -196,7 +207,7 @@ func TestEgressDenyAllInSlot(t *testing.T) {
 	r := newEgressRig(t, "od")
 	img := egressImage(t)
 	sb := prepareIn(t, r.b, img)
-	gw := sb.Slot().Gateway().String()
+	gw := sb.net.Gateway().String()
 	rows := []egresstest.Row{
 		{C: egresstest.Check{ID: "tcp", Kind: "tcp", Addr: "10.213.200.1:7001"}, Want: false},
 		{C: egresstest.Check{ID: "dns", Kind: "dns", Addr: gw + ":53", Host: "allowed.test"}, Want: false},
@@ -230,20 +241,20 @@ echo end`
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := string(sb.Slot().ResolvConf()) + "1\n" + sb.Slot().Addr().String() + "/30\nend\n"
+	want := string(sb.net.ResolvConf()) + "1\n" + sb.net.Addr().String() + "/30\nend\n"
 	if got := string(res.Stdout); got != want {
 		t.Fatalf("stdout %q, want %q (stderr %q)", got, want, res.Stderr)
 	}
 	// The kernel state behind it: the slot's netns is owned by the host's
 	// user namespace, and the container's own user namespace is another.
-	owner := nsOwner(t, sb.Slot().NetnsPath())
+	owner := nsOwner(t, sb.net.NetnsPath())
 	if host := nsIno(t, "/proc/self/ns/user"); owner != host {
 		t.Fatalf("slot netns is owned by user namespace %d, not the host's %d", owner, host)
 	}
 	if theirs := nsIno(t, fmt.Sprintf("/proc/%d/ns/user", sb.agentPID)); theirs == owner {
 		t.Fatal("the container runs in the user namespace that owns its netns")
 	}
-	if theirs, slot := nsIno(t, fmt.Sprintf("/proc/%d/ns/net", sb.agentPID)), nsIno(t, sb.Slot().NetnsPath()); theirs != slot {
+	if theirs, slot := nsIno(t, fmt.Sprintf("/proc/%d/ns/net", sb.agentPID)), nsIno(t, sb.net.NetnsPath()); theirs != slot {
 		t.Fatalf("the container's netns %d is not its slot's %d", theirs, slot)
 	}
 }
@@ -353,7 +364,7 @@ func TestEgressRefusals(t *testing.T) {
 	if res, err := sb.Run(ctx, inv); err != nil || res.ExitCode != 0 {
 		t.Fatalf("deny-all run after the refusal: %v %+v", err, res)
 	}
-	if sb.Slot() != nil {
+	if sb.net != nil {
 		t.Fatal("a gvisor sandbox got an egress slot")
 	}
 	if !errors.Is(g.CheckNetwork(egresstest.TenantPolicy), sandbox.Unenforceable) {
