@@ -227,11 +227,7 @@ func runEgressTable(ctx context.Context, tb *Backend, img string) (r *egressRun)
 	sb, peer := sbs[0], sbs[1]
 	gw := sb.net.Gateway().String()
 	r.rows = tableRows(gw, peer.net.Addr().String())
-	spec := egresstest.ProbeSpec{Checks: egresstest.Checks(r.rows), CA: rig.CAPEM, DNS: gw + ":53"}
-	child := spec
-	child.Checks = egresstest.Checks(egresstest.ChildRows(r.rows))
-	spec.Child = &child
-	js, err := json.Marshal(spec)
+	js, err := json.Marshal(egresstest.TableSpec(r.rows, rig.CAPEM, gw))
 	if err != nil {
 		r.err = err
 		return r
@@ -249,12 +245,12 @@ func runEgressTable(ctx context.Context, tb *Backend, img string) (r *egressRun)
 		r.err = err
 		return r
 	}
-	if res.Class != sandbox.OK || res.ExitCode != 0 {
-		r.err = fmt.Errorf("probe: class %q exit %d %s: %.300s", res.Class, res.ExitCode, res.Error, res.Stderr)
+	if r.rep, err = egresstest.ParseReport(res); err != nil {
+		r.err = err
 		return r
 	}
-	if err := json.Unmarshal(res.Stdout, &r.rep); err != nil || len(r.rep.Outcomes) != len(r.rows) {
-		r.err = fmt.Errorf("probe report (%v): %.300s %.300s", err, res.Stdout, res.Stderr)
+	if len(r.rep.Outcomes) != len(r.rows) {
+		r.err = fmt.Errorf("probe report has %d outcomes for %d checks", len(r.rep.Outcomes), len(r.rows))
 		return r
 	}
 	for _, q := range rig.Queries() {

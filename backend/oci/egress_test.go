@@ -132,12 +132,9 @@ func runProbe(t *testing.T, sb *Sandbox, tenant string, policy netpolicy.Policy,
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Class != sandbox.OK || res.ExitCode != 0 {
-		t.Fatalf("probe: class %q exit %d: %s\n%s", res.Class, res.ExitCode, res.Error, res.Stderr)
-	}
-	var rep egresstest.Report
-	if err := json.Unmarshal(res.Stdout, &rep); err != nil {
-		t.Fatalf("report: %v\n%s\n%s", err, res.Stdout, res.Stderr)
+	rep, err := egresstest.ParseReport(res)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return rep
 }
@@ -178,10 +175,7 @@ func egressTruthTable(t *testing.T, tag, runtime string) {
 	sb := prepareIn(t, r.b, img)
 	gw := sb.net.Gateway().String()
 	rows := tableRows(gw, peer.net.Addr().String())
-	spec := egresstest.ProbeSpec{Checks: egresstest.Checks(rows), CA: r.rig.CAPEM, DNS: gw + ":53"}
-	child := spec
-	child.Checks = egresstest.Checks(egresstest.ChildRows(rows))
-	spec.Child = &child
+	spec := egresstest.TableSpec(rows, r.rig.CAPEM, gw)
 	rep := runProbe(t, sb, "tenant-a", egresstest.TenantPolicy, spec)
 	egresstest.AssertTable(t, rows, rep, 0)
 	if rep.Child == nil {
