@@ -148,6 +148,7 @@ func (b *Backend) imagesDir() string { return filepath.Join(b.cfg.StateDir, "ima
 func (b *Backend) configHash(d *driver) string {
 	s, err := buildSpec(specParams{rootfs: "/", agent: agentPath, cgroups: "/wovyr/_pool/x",
 		ids: idmap.Range{HostUID: 1, HostGID: 1, Size: rangeSize}, limits: sandbox.Limits{}.WithDefaults(), gvisor: b.gvisor})
+	b.hashNetwork(s)
 	h := sha256.New()
 	fmt.Fprintln(h, d.name, d.version, d.flags, d.hybrid, err, "weak="+string(b.weak))
 	if s != nil {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/idmap"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -47,6 +48,17 @@ type Config struct {
 	DefaultImage string
 	// Logger receives lifecycle logs. Nil discards them.
 	Logger *slog.Logger
+	// Network, if set, gives container sandboxes allowlisted egress: each
+	// is prepared inside its own slot of this service (deny-all until Run
+	// applies the tenant's policy; see egress.go). Nil: a loopback-only
+	// network namespace and deny-all policies only. gVisor ignores it
+	// (--network=none; ADR 0009).
+	Network *egress.Service
+	// EgressProbe is the host path of a static egress probe
+	// (egress/egresstest/egressprobe, CGO_ENABLED=0) that the battery
+	// ships into container sandboxes for rows 71–84 when Network is set.
+	// Empty means "wovyr-egressprobe" next to the running executable.
+	EgressProbe string
 }
 
 const rangeSize = 65536
@@ -66,6 +78,13 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("oci: locate agent: %w", err)
 		}
 		c.Agent = filepath.Join(filepath.Dir(exe), "wovyr-guest")
+	}
+	if c.EgressProbe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return c, fmt.Errorf("oci: locate egress probe: %w", err)
+		}
+		c.EgressProbe = filepath.Join(filepath.Dir(exe), "wovyr-egressprobe")
 	}
 	if c.UIDBase == 0 {
 		c.UIDBase = 1 << 31

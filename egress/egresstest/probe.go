@@ -35,7 +35,7 @@ const ProbeEnv = "WOVYR_EGRESS_PROBE"
 // upstream server and got the expected answer.
 type Check struct {
 	ID    string `json:"id"`
-	Kind  string `json:"kind"` // tcp tcp6 udp icmp http tls proxy connect fetch dns spoof tamper-nocap
+	Kind  string `json:"kind"` // tcp tcp6 udp icmp http tls proxy connect fetch dns spoof tamper tamper-nocap
 	Addr  string `json:"addr,omitempty"`
 	Host  string `json:"host,omitempty"`
 	SNI   string `json:"sni,omitempty"`
@@ -289,6 +289,18 @@ func runCheck(c Check, pool *x509.CertPool, resolver string, timeout time.Durati
 			return false, "addr add: " + err.Error()
 		}
 		return runCheck(Check{Kind: "tcp", Addr: c.Addr, From: c.From}, pool, resolver, timeout)
+	case "tamper":
+		// The workload, with whatever capabilities it was given, adds an
+		// address to eth0 (a container's root: none over a host-owned netns).
+		eth, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return false, err.Error()
+		}
+		a, _ := netlink.ParseAddr("10.213.0.78/32")
+		if err := netlink.AddrAdd(eth, a); err != nil {
+			return false, "addr add: " + err.Error()
+		}
+		return true, "address added to eth0"
 	case "tamper-nocap":
 		// A thread without capabilities (what every wovyr sandbox is) tries
 		// to add an address to eth0.

@@ -1,7 +1,8 @@
 // Command egressprobe is the egress truth table's in-sandbox probe
-// (egresstest.RunProbe) as a static binary, for sandboxes that cannot run a
-// test binary itself: a microVM guest has its own kernel and no host libc.
-// egresstest.BuildProbe builds it.
+// (egresstest.RunProbe) as a static binary, for sandboxes whose root
+// filesystem is not the host's: a container's template, a microVM guest.
+// egresstest.BuildProbe builds it (CGO_ENABLED=0). It reads its spec from
+// egresstest.ProbeEnv and prints the report.
 package main
 
 import (
