@@ -2,7 +2,7 @@ package cgroup
 
 import (
 	"context"
-	"os/exec"
+	"fmt"
 	"slices"
 	"syscall"
 	"testing"
@@ -28,22 +28,16 @@ func TestHandleAddsAndAccounts(t *testing.T) {
 	}
 
 	// Busy for a while, touching 8 MiB, then exit.
-	cmd := exec.Command("/bin/sh", "-c", `read go; x=$(head -c 8388608 /dev/zero | tr '\0' a); i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done`)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
+	add := func(pid int) error {
+		if err := h.Add(pid); err != nil {
+			return err
+		}
+		if pids, _ := g.Pids(); !slices.Contains(pids, pid) {
+			return fmt.Errorf("pid %d not in group after Handle.Add: %v", pid, pids)
+		}
+		return nil
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Add(cmd.Process.Pid); err != nil {
-		t.Fatal(err)
-	}
-	if pids, _ := g.Pids(); !slices.Contains(pids, cmd.Process.Pid) {
-		t.Fatalf("pid %d not in group after Handle.Add: %v", cmd.Process.Pid, pids)
-	}
-	in.Write([]byte("go\n"))
-	in.Close()
+	cmd := startWith(t, add, `x=$(head -c 8388608 /dev/zero | tr '\0' a); i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done`)
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
