@@ -19,6 +19,9 @@ func TestHandleAddsAndAccounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
+	if err := h.OpenUsage(); err != nil {
+		t.Fatal(err)
+	}
 	if err := h.Kill(context.Background()); err != nil {
 		t.Fatalf("Kill of an empty group: %v", err)
 	}
@@ -64,6 +67,9 @@ func TestHandleKillDoesNotTrustCachedPidList(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
+	if err := h.OpenUsage(); err != nil {
+		t.Fatal(err)
+	}
 	// An earlier read through the handle, while empty, must not be reused.
 	if err := h.Kill(context.Background()); err != nil {
 		t.Fatal(err)

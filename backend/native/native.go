@@ -27,13 +27,16 @@
 //
 // Run is what an invocation waits for, so everything that does not depend
 // on the invocation happens at Prepare: the cgroup gets the template's
-// limits (Run writes only those that differ), its hot files are opened (a
-// v1 move through an open fd costs a quarter of one by path), and a thread
-// is parked in the sandbox's network namespace with no_new_privs and the
-// workload's real ids, ready to fork (see spawner). The forking thread is not
-// put inside the cgroup: a wovyr thread there would be a candidate for the
-// group's OOM killer (scored by all of wovyr's memory), be stopped by the
-// freezer while it may hold a Go runtime lock, and count against pids.max.
+// limits (Run writes only those that differ) and a thread is parked in the
+// sandbox's network namespace with no_new_privs and the workload's real
+// ids, ready to fork (see spawner). Run opens the cgroup's files while that
+// thread forks: opening is most of a v1 move's cost, and held from Prepare
+// the fds of many idle sandboxes would slow every fork wovyr makes.
+//
+// The forking thread is not put inside the cgroup: a wovyr thread there
+// would be a candidate for the group's OOM killer (scored by all of wovyr's
+// memory), be stopped by the freezer while it may hold a Go runtime lock,
+// and count against pids.max.
 package native
 
 import (

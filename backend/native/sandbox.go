@@ -42,8 +42,7 @@ type nativeSandbox struct {
 	state   state
 	mounted bool
 	group   *cgroup.Group
-	cg      *cgroup.Handle // group's hot files, open from Prepare to Destroy
-	limits  cgroup.Limits  // what group enforces now
+	limits  cgroup.Limits // what group enforces now
 	netns   *os.File
 	spawner *spawner
 	slot    *egress.Slot // nil without Config.Network
@@ -84,18 +83,15 @@ func newSandbox(ctx context.Context, b *Backend, id string, tmpl sandbox.Templat
 	if s.group, err = cgroup.New(fmt.Sprintf("%s/native/%s", cgroup.Prefix, id), s.limits); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: cgroup")
 	}
-	if s.cg, err = s.group.Open(); err != nil {
-		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: cgroup")
-	}
 	if s.netns, s.slot, err = b.newNetwork(ctx); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: netns")
 	}
-	sp := spawn{netns: s.netns, group: s.cg, uid: s.uid, gid: s.gid, noNewPrivs: true}
+	sp := spawn{netns: s.netns, join: true, uid: s.uid, gid: s.gid, noNewPrivs: true}
 	switch b.weak {
 	case battery.HostNetwork:
 		sp.netns = nil
 	case battery.KeepOrphans:
-		sp.group = nil
+		sp.join = false
 	case battery.RunAsRoot:
 		sp.noNewPrivs = false
 	}
@@ -223,12 +219,14 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	}
 	res := &sandbox.Result{ID: inv.ID, Backend: s.b.Name()}
 	res.Timings.Started = time.Now()
-	if err := s.spawner.start(cmd, rl); err != nil {
+	h, err := s.spawner.start(cmd, rl, s.group)
+	if err != nil {
 		if st, serr := os.Stat(prog); serr != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
 			return nil, sandbox.Wrap(sandbox.BadInput, err, "workload.argv: cannot execute %s", prog)
 		}
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: start")
 	}
+	defer h.Close()
 	p.closeChildEnds()
 
 	if s.b.weak == battery.NoOutputCap {
@@ -256,12 +254,12 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	res.Usage.Wall = time.Since(res.Timings.Started)
 	// The leader is gone; whatever it left behind goes too, which also
 	// closes every copy of the output pipes.
-	if kerr := s.cg.Kill(killCtx); kerr != nil {
+	if kerr := h.Kill(killCtx); kerr != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, kerr, "native: kill leftovers")
 	}
 	drain.Wait()
 	res.Timings.Finished = time.Now()
-	st := s.cg.Usage()
+	st := h.Usage()
 	res.Usage.CPU, res.Usage.PeakMemory = st.CPU, st.PeakMemory
 	res.Stdout, res.StdoutTruncated = stdout.Bytes(), stdout.Truncated
 	res.Stderr, res.StderrTruncated = stderr.Bytes(), stderr.Truncated
@@ -337,9 +335,6 @@ func (s *nativeSandbox) Destroy(ctx context.Context) error {
 	var errs []error
 	if s.spawner != nil {
 		s.spawner.close()
-	}
-	if s.cg != nil {
-		errs = append(errs, s.cg.Close())
 	}
 	if s.group != nil {
 		errs = append(errs, s.group.Destroy(ctx))

@@ -54,8 +54,8 @@ type rlimits struct {
 // spawn is everything a workload's process gets before its first
 // instruction that does not depend on the invocation.
 type spawn struct {
-	netns      *os.File       // nil: stay in wovyr's namespace (positive controls only)
-	group      *cgroup.Handle // nil: no cgroup (positive controls only)
+	netns      *os.File // nil: stay in wovyr's namespace (positive controls only)
+	join       bool     // false: the child stays out of the cgroup (positive controls only)
 	uid, gid   uint32
 	noNewPrivs bool
 }
@@ -81,7 +81,8 @@ type spawner struct {
 
 type spawnReq struct {
 	cmd     *exec.Cmd
-	limits  *rlimits // nil: inherit wovyr's (positive controls only)
+	limits  *rlimits            // nil: inherit wovyr's (positive controls only)
+	group   chan *cgroup.Handle // nil handle: the start fails
 	started chan error
 }
 
@@ -155,17 +156,34 @@ func (sp spawn) enter() error {
 }
 
 // start has the parked thread start cmd confined: stopped at its execve
-// (traced), given its rlimits and moved into its cgroup, then released. On
-// error the child is killed and reaped. The caller waits for cmd and then
-// calls close. A spawner starts one command.
-func (s *spawner) start(cmd *exec.Cmd, limits *rlimits) error {
-	r := spawnReq{cmd: cmd, limits: limits, started: make(chan error, 1)}
+// (traced), given its rlimits and moved into g, then released. On error the
+// child is killed and reaped. The caller waits for cmd and then calls
+// close. A spawner starts one command.
+//
+// Opening g's files is most of what a cgroup move costs, so start opens
+// them here while the thread forks and the child execs, and returns the
+// handle (usage files included) for the caller to use and close.
+func (s *spawner) start(cmd *exec.Cmd, limits *rlimits, g *cgroup.Group) (*cgroup.Handle, error) {
+	r := spawnReq{cmd: cmd, limits: limits, group: make(chan *cgroup.Handle, 1), started: make(chan error, 1)}
 	select {
 	case s.req <- r:
 	case <-s.gone:
-		return errors.New("spawner already used")
+		return nil, errors.New("spawner already used")
 	}
-	return <-r.started
+	h, err := g.Open()
+	r.group <- h
+	if err == nil {
+		// While the child starts; Add uses other files. On failure Kill
+		// and Usage read by path.
+		_ = h.OpenUsage()
+	}
+	if serr := <-r.started; serr != nil {
+		if h != nil {
+			h.Close()
+		}
+		return nil, serr
+	}
+	return h, nil
 }
 
 // close ends the parked thread. Once a command started, call it only after
@@ -182,7 +200,7 @@ func (sp spawn) serve(r spawnReq) bool {
 		r.started <- err
 		return false
 	}
-	if err := sp.confine(r.cmd.Process.Pid, r.limits); err != nil {
+	if err := sp.confine(r.cmd.Process.Pid, r.limits, <-r.group); err != nil {
 		_ = r.cmd.Process.Kill()
 		_ = unix.PtraceDetach(r.cmd.Process.Pid)
 		_ = r.cmd.Wait()
@@ -194,7 +212,7 @@ func (sp spawn) serve(r spawnReq) bool {
 }
 
 // confine runs on the tracing thread while the child sits at its exec stop.
-func (sp spawn) confine(pid int, limits *rlimits) error {
+func (sp spawn) confine(pid int, limits *rlimits, group *cgroup.Handle) error {
 	var ws unix.WaitStatus
 	if _, err := unix.Wait4(pid, &ws, unix.WALL, nil); err != nil {
 		return fmt.Errorf("wait for exec stop: %w", err)
@@ -217,8 +235,11 @@ func (sp spawn) confine(pid int, limits *rlimits) error {
 			return fmt.Errorf("prlimit: %w", err)
 		}
 	}
-	if sp.group != nil {
-		if err := sp.group.Add(pid); err != nil {
+	if group == nil {
+		return errors.New("cgroup files could not be opened")
+	}
+	if sp.join {
+		if err := group.Add(pid); err != nil {
 			return err
 		}
 	}
