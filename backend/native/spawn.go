@@ -73,42 +73,36 @@ type spawn struct {
 // The goroutine never unlocks its thread, so the runtime ends the thread
 // with it and no tainted thread ever runs other goroutines.
 type spawner struct {
-	woken wake          // a request, or close before any
-	req   chan spawnReq // buffered; holds the request before woken
-	quit  chan struct{} // closed by close
-
-	mu     sync.Mutex
-	asked  bool // start was called
-	closed bool // close was called
+	req  chan spawnReq
+	quit chan struct{}
+	gone chan struct{} // closed when the thread is done
+	stop sync.Once
 }
 
 type spawnReq struct {
 	cmd     *exec.Cmd
 	limits  *rlimits            // nil: inherit wovyr's (positive controls only)
 	group   chan *cgroup.Handle // nil handle: the start fails
-	started chan error          // sent before done is signalled
-	done    *wake
+	started chan error
 }
 
 // newSpawner parks a thread configured by sp.
 func newSpawner(sp spawn) (*spawner, error) {
-	s := &spawner{req: make(chan spawnReq, 1), quit: make(chan struct{})}
+	s := &spawner{req: make(chan spawnReq), quit: make(chan struct{}), gone: make(chan struct{})}
 	ready := make(chan error, 1)
 	onOwnThread(func() {
+		defer close(s.gone)
 		if err := sp.enter(); err != nil {
 			ready <- err
 			return
 		}
 		ready <- nil
-		s.woken.wait()
 		select {
 		case r := <-s.req:
-			ok := sp.serve(r)
-			r.done.signal()
-			if ok {
+			if sp.serve(r) {
 				<-s.quit // the child's parent lives until the child is reaped
 			}
-		default: // closed, never asked
+		case <-s.quit:
 		}
 	})
 	if err := <-ready; err != nil {
@@ -170,16 +164,12 @@ func (sp spawn) enter() error {
 // them here while the thread forks and the child execs, and returns the
 // handle (usage files included) for the caller to use and close.
 func (s *spawner) start(cmd *exec.Cmd, limits *rlimits, g *cgroup.Group) (*cgroup.Handle, error) {
-	r := spawnReq{cmd: cmd, limits: limits, group: make(chan *cgroup.Handle, 1), started: make(chan error, 1), done: new(wake)}
-	s.mu.Lock()
-	if s.asked || s.closed {
-		s.mu.Unlock()
-		return nil, errors.New("spawner already used or closed")
+	r := spawnReq{cmd: cmd, limits: limits, group: make(chan *cgroup.Handle, 1), started: make(chan error, 1)}
+	select {
+	case s.req <- r:
+	case <-s.gone:
+		return nil, errors.New("spawner already used")
 	}
-	s.asked = true
-	s.req <- r
-	s.mu.Unlock()
-	s.woken.signal()
 	h, err := g.Open()
 	r.group <- h
 	if err == nil {
@@ -187,7 +177,6 @@ func (s *spawner) start(cmd *exec.Cmd, limits *rlimits, g *cgroup.Group) (*cgrou
 		// and Usage read by path.
 		_ = h.OpenUsage()
 	}
-	r.done.wait()
 	if serr := <-r.started; serr != nil {
 		if h != nil {
 			h.Close()
@@ -200,16 +189,7 @@ func (s *spawner) start(cmd *exec.Cmd, limits *rlimits, g *cgroup.Group) (*cgrou
 // close ends the parked thread. Once a command started, call it only after
 // cmd.Wait returned: the thread's exit kills the child.
 func (s *spawner) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	s.closed = true
-	close(s.quit)
-	if !s.asked {
-		s.woken.signal()
-	}
+	s.stop.Do(func() { close(s.quit) })
 }
 
 // serve runs on the parked thread and reports whether a child runs.
