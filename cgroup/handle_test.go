@@ -14,14 +14,7 @@ import (
 func TestHandleAddsAndAccounts(t *testing.T) {
 	requireRoot(t)
 	g := testGroup(t, Limits{Memory: 64 << 20, Pids: 16})
-	h, err := g.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	if err := h.OpenUsage(); err != nil {
-		t.Fatal(err)
-	}
+	h := openHandle(t, g)
 	if err := h.Kill(context.Background()); err != nil {
 		t.Fatalf("Kill of an empty group: %v", err)
 	}
@@ -62,14 +55,7 @@ func TestHandleAddsAndAccounts(t *testing.T) {
 func TestHandleKillDoesNotTrustCachedPidList(t *testing.T) {
 	requireRoot(t)
 	g := testGroup(t, Limits{Pids: 16})
-	h, err := g.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	if err := h.OpenUsage(); err != nil {
-		t.Fatal(err)
-	}
+	h := openHandle(t, g)
 	// An earlier read through the handle, while empty, must not be reused.
 	if err := h.Kill(context.Background()); err != nil {
 		t.Fatal(err)
@@ -83,7 +69,7 @@ func TestHandleKillDoesNotTrustCachedPidList(t *testing.T) {
 		_ = cmd.Wait()
 		t.Fatalf("Handle.Kill left %v", pids)
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	if ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("member not killed: %v", err)
 	}
@@ -93,4 +79,17 @@ func TestHandleKillDoesNotTrustCachedPidList(t *testing.T) {
 	if err := h.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
+}
+
+func openHandle(t *testing.T, g *Group) *Handle {
+	t.Helper()
+	h, err := g.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	if err := h.OpenUsage(); err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
