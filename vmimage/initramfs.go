@@ -13,7 +13,8 @@ import (
 // GuestModules are the modules a wovyr guest loads, by name, in no
 // particular order (dependencies are resolved from modules.dep). The Debian
 // kernel builds all of them as modules; crc32c_generic is ext4's soft
-// dependency (metadata checksums), which modules.dep does not list.
+// dependency (ext4 allocates a crc32c driver at every mount, checksums or
+// not), which modules.dep does not list.
 var GuestModules = []string{
 	"virtio_mmio", "virtio_blk", "virtio_console", "crc32c_generic", "ext4", "overlay",
 }
@@ -68,7 +69,11 @@ func WriteInitramfs(dst string, o InitramfsOptions) error {
 			return fmt.Errorf("vmimage: module: %w", err)
 		}
 		name := filepath.Base(rel)
-		c.File("lib/modules/"+name, 0o644, stripSignature(b))
+		b = stripSignature(b)
+		if slim, err := slimModule(b); err == nil {
+			b = slim
+		}
+		c.File("lib/modules/"+name, 0o644, b)
 		list.WriteString(name + "\n")
 	}
 	c.File("lib/modules/load.order", 0o644, []byte(list.String()))
