@@ -153,15 +153,7 @@ func prepareJobCgroup() error {
 	const root = "/sys/fs/cgroup"
 	if _, err := os.Stat(root + "/cgroup.controllers"); err != nil {
 		_ = os.MkdirAll(root, 0o755)
-		// favordynmods: moving a task between cgroups then skips an RCU
-		// grace period (slow on a TCG vCPU), at a small cost to fork and
-		// exit.
-		flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
-		err := unix.Mount("cgroup2", root, "cgroup2", flags, "favordynmods")
-		if errors.Is(err, unix.EINVAL) {
-			err = unix.Mount("cgroup2", root, "cgroup2", flags, "") // a kernel before 6.0
-		}
-		if err != nil {
+		if err := unix.Mount("cgroup2", root, "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 			return fmt.Errorf("mount cgroup2: %w", err)
 		}
 	}
