@@ -168,24 +168,3 @@ func (h *dimHeap) top() int64 {
 	}
 	return h.items[0].key
 }
-
-// above calls visit for every tenant whose key exceeds limit, descending only
-// into subtrees whose root exceeds it: O(1 + number visited). stack is
-// scratch space, returned for reuse.
-func (h *dimHeap) above(limit int64, stack []int, visit func(*tenant)) []int {
-	stack = stack[:0]
-	if len(h.items) > 0 && h.items[0].key > limit {
-		stack = append(stack, 0)
-	}
-	for len(stack) > 0 {
-		i := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		visit(h.items[i].t)
-		for c := 2*i + 1; c <= 2*i+2 && c < len(h.items); c++ {
-			if h.items[c].key > limit {
-				stack = append(stack, c)
-			}
-		}
-	}
-	return stack
-}

@@ -40,7 +40,7 @@ func (s *Scheduler) Next(free resource.Vector, now time.Time) (Start, bool) {
 		d := t.head.task.Demand
 		if d.Fits(eff) {
 			s.reservations = slices.Delete(s.reservations, i, i+1)
-			s.pool.charge(eff, t)
+			s.pool.charge(t)
 			t.reserved = false
 			return s.start(t, now, true), true
 		}
@@ -73,8 +73,8 @@ func (s *Scheduler) skip(blocked []*tenant) {
 	reserve := blocked[:n]
 	slices.SortFunc(reserve, func(a, b *tenant) int { return cmp.Compare(a.seq, b.seq) })
 	for _, t := range reserve {
-		s.pool.remove(t)
 		t.reserved = true
+		s.refresh(t, false) // out of the heaps; it still earns
 		s.reservations = append(s.reservations, t)
 	}
 }

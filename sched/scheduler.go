@@ -35,12 +35,14 @@ type tenant struct {
 	inUse   resource.Vector
 
 	reserved bool
-	inPool   bool
-	credit   int64 // valid while !inPool
+	earning  bool  // queued and under quota: its credit grows with every pick
+	inPool   bool  // an earner in the class heaps (not reserved)
+	credit   int64 // valid while !earning
+	base     int64 // credit − weight × pool counter, for earners outside the heaps
+	outPos   int   // index in pool.outside
 	cls      *class
 	clsPos   int
-	dimPos   [6]int
-	mark     uint64
+	dimPos   [3]int
 
 	st TenantStats // counters only
 }
@@ -84,7 +86,7 @@ func (s *Scheduler) AddTenant(name string, c TenantConfig) error {
 	if s.tenants[name] != nil {
 		return badInput(ErrTenantExists, "tenant", "tenant %s already exists", name)
 	}
-	t := &tenant{name: name, seq: s.nextSeq, cfg: c, clsPos: -1, dimPos: [6]int{-1, -1, -1, -1, -1, -1}}
+	t := &tenant{name: name, seq: s.nextSeq, cfg: c, clsPos: -1, dimPos: [3]int{-1, -1, -1}}
 	s.nextSeq++
 	s.tenants[name] = t
 	s.order = append(s.order, t)
@@ -104,7 +106,7 @@ func (s *Scheduler) UpdateTenant(name string, c TenantConfig) error {
 	if t == nil {
 		return badInput(ErrUnknownTenant, "tenant", "unknown tenant %q", name)
 	}
-	if t.inPool {
+	if t.earning {
 		s.pool.remove(t)
 	}
 	t.cfg = c
@@ -216,15 +218,17 @@ func (s *Scheduler) Done(id string) error {
 	return nil
 }
 
-// refresh puts t into or out of the pool after its state changed;
-// headChanged says its head's demand changed.
+// refresh puts t into or out of the earners and the class heaps after its
+// state changed; headChanged says its head's demand changed.
 func (s *Scheduler) refresh(t *tenant, headChanged bool) {
-	want := t.head != nil && !t.reserved && t.running < t.cfg.MaxRunning
-	switch {
-	case t.inPool && !want:
+	earn := t.head != nil && t.running < t.cfg.MaxRunning
+	heap := earn && !t.reserved
+	if t.earning && (!earn || t.inPool != heap) {
 		s.pool.remove(t)
-	case !t.inPool && want:
-		s.pool.add(t)
+	}
+	switch {
+	case earn && !t.earning:
+		s.pool.add(t, heap)
 	case t.inPool && headChanged:
 		s.pool.headChanged(t)
 	}
