@@ -1,6 +1,6 @@
 package sched
 
-// The two indexed binary heaps of the eligible pool. Each element records its
+// The two indexed heaps of the eligible pool. Each element records its
 // own position in the tenant (clsPos, dimPos), so removal and key changes are
 // O(log n). They are written out concretely: a comparison through a function
 // value costs more than the rest of a pick.
@@ -19,47 +19,58 @@ func (a *citem) above(b *citem) bool {
 	return a.base > b.base || a.base == b.base && a.seq < b.seq
 }
 
+// classHeap is a 4-ary heap: half the depth of a binary one, so a winner
+// sinking after it paid moves past half as many tenants, and each move
+// writes one tenant's position (the sinking item is written once, where it
+// stops). Children of i are 4i+1 … 4i+4.
 type classHeap []citem
 
-func (h classHeap) swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].t.clsPos = i
-	h[j].t.clsPos = j
+const arity = 4
+
+// set puts it at i and records the position in its tenant.
+func (h classHeap) set(i int, it citem) {
+	h[i] = it
+	it.t.clsPos = i
 }
 
 func (h classHeap) up(i int) {
+	it := h[i]
 	for i > 0 {
-		p := (i - 1) / 2
-		if !h[i].above(&h[p]) {
-			return
+		p := (i - 1) / arity
+		if !it.above(&h[p]) {
+			break
 		}
-		h.swap(i, p)
+		h.set(i, h[p])
 		i = p
 	}
+	h.set(i, it)
 }
 
 func (h classHeap) down(i int) {
+	it := h[i]
 	n := len(h)
 	for {
-		l := 2*i + 1
-		if l >= n {
-			return
+		first := arity*i + 1
+		if first >= n {
+			break
 		}
-		m := l
-		if r := l + 1; r < n && h[r].above(&h[l]) {
-			m = r
+		m := first
+		for c := first + 1; c < min(first+arity, n); c++ {
+			if h[c].above(&h[m]) {
+				m = c
+			}
 		}
-		if !h[m].above(&h[i]) {
-			return
+		if !h[m].above(&it) {
+			break
 		}
-		h.swap(i, m)
+		h.set(i, h[m])
 		i = m
 	}
+	h.set(i, it)
 }
 
 func (h *classHeap) push(it citem) {
 	*h = append(*h, it)
-	it.t.clsPos = len(*h) - 1
 	h.up(len(*h) - 1)
 }
 
@@ -68,13 +79,12 @@ func (h *classHeap) remove(i int) citem {
 	old := *h
 	it := old[i]
 	last := len(old) - 1
-	if i != last {
-		old.swap(i, last)
-	}
 	*h = old[:last]
 	if i != last {
+		moved := old[last]
+		old[i] = moved
 		h.down(i)
-		h.up(i)
+		h.up(moved.t.clsPos)
 	}
 	it.t.clsPos = -1
 	return it

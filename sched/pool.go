@@ -29,6 +29,7 @@ type pool struct {
 	rebaseAt int64            // when t reaches it, fold t into every base
 	classes  map[int64]*class // by weight; looked up, never iterated
 	active   []*class         // classes with at least one tenant, any order
+	tops     []ctop           // active[k]'s top, kept here so a pick scans one array
 	n        int              // tenants in the class heaps
 	wsum     int64            // total weight of the earners, in the heaps or not
 	outside  []*tenant        // earners outside the heaps: reserved, any order
@@ -36,6 +37,11 @@ type pool struct {
 
 	frontier []fitem   // scratch: the best-first search of a pick
 	blocked  []*tenant // scratch: the tenants that missed their turn in this pick
+}
+
+// ctop is a copy of a class's top item.
+type ctop struct {
+	base, seq, weight int64
 }
 
 // class is the tenants of one weight, ordered by credit.
@@ -81,7 +87,15 @@ func (p *pool) attach(c *class, it citem) {
 	if c.pos < 0 {
 		c.pos = len(p.active)
 		p.active = append(p.active, c)
+		p.tops = append(p.tops, ctop{})
 	}
+	p.retop(c)
+}
+
+// retop copies c's top into p.tops after the top may have changed.
+func (p *pool) retop(c *class) {
+	top := &c.h[0]
+	p.tops[c.pos] = ctop{base: top.base, seq: top.seq, weight: c.weight}
 }
 
 // detach takes t's item out of its class heap, deactivating an emptied class.
@@ -93,7 +107,11 @@ func (p *pool) detach(t *tenant) citem {
 		p.active[c.pos] = last
 		last.pos = c.pos
 		p.active = p.active[:len(p.active)-1]
+		p.tops[last.pos] = p.tops[len(p.tops)-1]
+		p.tops = p.tops[:len(p.tops)-1]
 		c.pos = -1
+	} else {
+		p.retop(c)
 	}
 	return it
 }
@@ -195,16 +213,16 @@ func (p *pool) pick(eff resource.Vector) *tenant {
 		return nil
 	}
 	t1 := p.t + 1 // credits are compared after this pick's earning
-	var best *class
-	var bestCredit int64
-	for _, c := range p.active {
-		top := &c.h[0]
-		cr := top.base + c.weight*t1
-		if best == nil || cr > bestCredit || cr == bestCredit && top.seq < best.h[0].seq {
-			best, bestCredit = c, cr
+	best := 0
+	bestCredit := p.tops[0].base + p.tops[0].weight*t1
+	for k := 1; k < len(p.tops); k++ {
+		top := &p.tops[k]
+		cr := top.base + top.weight*t1
+		if cr > bestCredit || cr == bestCredit && top.seq < p.tops[best].seq {
+			best, bestCredit = k, cr
 		}
 	}
-	c, i := best, 0
+	c, i := p.active[best], 0
 	if !c.h[0].t.head.task.Demand.Fits(eff) {
 		if c, i = p.search(eff, t1); c == nil {
 			p.blocked = p.blocked[:0]
@@ -216,6 +234,7 @@ func (p *pool) pick(eff resource.Vector) *tenant {
 	winner := it.t
 	it.base -= p.wsum
 	c.h.down(i)
+	p.retop(c)
 	return winner
 }
 
@@ -277,7 +296,7 @@ func (p *pool) search(eff resource.Vector, t1 int64) (*class, int) {
 			return c, i
 		}
 		p.blocked = append(p.blocked, t)
-		for k := 2*i + 1; k <= 2*i+2 && k < len(c.h); k++ {
+		for k := arity*i + 1; k <= arity*i+arity && k < len(c.h); k++ {
 			push(c, k)
 		}
 	}
@@ -301,6 +320,7 @@ func (p *pool) rebase() {
 		for i := range c.h {
 			c.h[i].base += c.weight * p.t
 		}
+		p.retop(c)
 	}
 	for _, t := range p.outside {
 		t.base += t.cfg.Weight * p.t

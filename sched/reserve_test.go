@@ -207,7 +207,7 @@ func TestNoStarvation(t *testing.T) {
 				if !ok {
 					break
 				}
-				if sk := s.tasks[st.Task.ID].skips; sk > K+1 {
+				if sk := s.tasks.get(st.Task.ID).skips; sk > K+1 {
 					t.Fatalf("seed %d: %s was passed over %d times, bound is %d", seed, st.Task.ID, sk, K+1)
 				}
 				running = append(running, st.Task.ID)

@@ -13,10 +13,10 @@ import (
 type Scheduler struct {
 	mu           sync.Mutex
 	cfg          Config
-	tenants      map[string]*tenant // looked up, never iterated
-	order        []*tenant          // registration order
+	tenants      table[*tenant] // looked up, never iterated
+	order        []*tenant      // registration order
 	nextSeq      int64
-	tasks        map[string]*entry // queued and running, by id; looked up only
+	tasks        table[*entry] // queued and running, by id; looked up, never iterated
 	queued       int
 	inUse        resource.Vector
 	reservations []*tenant // tenants whose head holds a reservation, oldest first
@@ -64,8 +64,8 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	return &Scheduler{
 		cfg:     cfg,
-		tenants: make(map[string]*tenant),
-		tasks:   make(map[string]*entry),
+		tenants: newTable[*tenant](),
+		tasks:   newTable[*entry](),
 		pool:    newPool(),
 	}, nil
 }
@@ -83,12 +83,13 @@ func (s *Scheduler) AddTenant(name string, c TenantConfig) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.tenants[name] != nil {
+	old, h, at := s.tenants.find(name)
+	if old != nil {
 		return badInput(ErrTenantExists, "tenant", "tenant %s already exists", name)
 	}
 	t := &tenant{name: name, seq: s.nextSeq, cfg: c, clsPos: -1, dimPos: [3]int{-1, -1, -1}}
 	s.nextSeq++
-	s.tenants[name] = t
+	s.tenants.insertAt(at, h, t)
 	s.order = append(s.order, t)
 	return nil
 }
@@ -102,7 +103,7 @@ func (s *Scheduler) UpdateTenant(name string, c TenantConfig) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := s.tenants[name]
+	t := s.tenants.get(name)
 	if t == nil {
 		return badInput(ErrUnknownTenant, "tenant", "unknown tenant %q", name)
 	}
@@ -119,14 +120,14 @@ func (s *Scheduler) UpdateTenant(name string, c TenantConfig) error {
 func (s *Scheduler) RemoveTenant(name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := s.tenants[name]
+	t, _, at := s.tenants.find(name)
 	if t == nil {
 		return badInput(ErrUnknownTenant, "tenant", "unknown tenant %q", name)
 	}
 	if t.queued > 0 || t.running > 0 {
 		return badInput(ErrTenantBusy, "tenant", "tenant %s has %d queued and %d running", name, t.queued, t.running)
 	}
-	delete(s.tenants, name)
+	s.tenants.deleteAt(at)
 	s.order = slices.DeleteFunc(s.order, func(o *tenant) bool { return o == t })
 	return nil
 }
@@ -141,11 +142,12 @@ func (s *Scheduler) Submit(task Task, now time.Time) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := s.tenants[task.Tenant]
+	t := s.tenants.get(task.Tenant)
 	if t == nil {
 		return badInput(ErrUnknownTenant, "tenant", "unknown tenant %q", task.Tenant)
 	}
-	if s.tasks[task.ID] != nil {
+	dup, h, slot := s.tasks.find(task.ID)
+	if dup != nil {
 		return badInput(ErrDuplicateTask, "id", "task %q is already queued or running", task.ID)
 	}
 	if t.queued >= t.cfg.MaxQueued {
@@ -166,7 +168,7 @@ func (s *Scheduler) Submit(task Task, now time.Time) error {
 	t.tail = e
 	t.queued++
 	s.queued++
-	s.tasks[task.ID] = e
+	s.tasks.insertAt(slot, h, e)
 	t.st.Admitted++
 	if t.head == e {
 		s.refresh(t, true)
@@ -179,7 +181,7 @@ func (s *Scheduler) Submit(task Task, now time.Time) error {
 func (s *Scheduler) Cancel(id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.tasks[id]
+	e, _, slot := s.tasks.find(id)
 	if e == nil || e.running {
 		return badInput(ErrUnknownTask, "id", "task %q is not queued", id)
 	}
@@ -187,7 +189,7 @@ func (s *Scheduler) Cancel(id string) error {
 	wasHead := t.head == e
 	s.unlink(e)
 	headChanged := wasHead && t.head != nil && t.head.task.Demand != e.task.Demand
-	delete(s.tasks, id)
+	s.tasks.deleteAt(slot)
 	t.st.Cancelled++
 	if wasHead && t.reserved {
 		s.dropReservation(t)
@@ -202,7 +204,7 @@ func (s *Scheduler) Cancel(id string) error {
 func (s *Scheduler) Done(id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.tasks[id]
+	e, _, slot := s.tasks.find(id)
 	if e == nil || !e.running {
 		return badInput(ErrUnknownTask, "id", "task %q is not running", id)
 	}
@@ -212,7 +214,7 @@ func (s *Scheduler) Done(id string) error {
 	t.inUse = t.inUse.Sub(d)
 	s.inUse = s.inUse.Sub(d)
 	t.st.Completed++
-	delete(s.tasks, id)
+	s.tasks.deleteAt(slot)
 	s.refresh(t, false)
 	s.recycle(e)
 	return nil
