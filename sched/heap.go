@@ -1,6 +1,6 @@
 package sched
 
-// The two indexed heaps of the eligible pool. Each element records its
+// The two indexed heaps of the pool. Each element records its
 // own position in the tenant (clsPos, dimPos), so removal and key changes are
 // O(log n). They are written out concretely: a comparison through a function
 // value costs more than the rest of a pick.

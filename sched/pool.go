@@ -2,28 +2,30 @@ package sched
 
 import "github.com/wovyr/wovyr/resource"
 
-// pool holds the tenants that may be picked: a queued head task, no
-// reservation, under their concurrency quota. It is the fast form of SWRR.
+// pool holds the earners — tenants with a queued head, under their
+// concurrency quota — and is the fast form of SWRR. Those without a
+// reservation sit in the class heaps and may be picked; reserved ones earn
+// outside them (outside).
 //
 // # Why weight classes
 //
-// Every pick adds w_i to the credit of every eligible tenant, so the
-// credits cannot be kept literally. The pool keeps a virtual pick counter T
-// and, per tenant, base_i = credit_i − w_i·T: "everyone earns" is then T++
-// and costs nothing. The order of base_i equals the order of credit_i only
-// among tenants of equal weight, so tenants are grouped in one heap per
-// distinct weight (a class), ordered by (base desc, registration order). A
-// pick compares the top of each class by its real credit, base + w·T, and
-// charges the winner the eligible weight sum. That is exact SWRR with the
-// oracle's tie-break, at O(D + log n) for D distinct weights among eligible
-// tenants.
+// Every pick adds w_i to the credit of every earner, so the credits cannot
+// be kept literally. The pool keeps a virtual pick counter T and, per
+// tenant, base_i = credit_i − w_i·T: "everyone earns" is then T++ and costs
+// nothing. The order of base_i equals the order of credit_i only among
+// tenants of equal weight, so tenants are grouped in one heap per distinct
+// weight (a class), ordered by (base desc, registration order). A pick
+// compares the top of each class by its real credit, base + w·T, and
+// charges the winner the earners' weight sum. That is exact SWRR with the
+// oracle's tie-break, at O(D + log n) for D distinct weights.
 //
-// Heads that do not fit the free vector must neither be picked nor earn in
-// that pick. Three max-heaps of head demand (one per dimension) enumerate
-// exactly those heads in O(1 + their number); they are lifted out of their
-// class for the pick and put back with base −= w, so their credit is
-// unchanged. Each such skip moves the head task toward a reservation (after
-// ReserveAfter+1 skips it leaves the pool), so this work is bounded per task.
+// A head that does not fit must not be picked, but it still earns. When the
+// best class top does not fit, a best-first search over the class heaps
+// walks down from the tops in credit order until a head fits; the ones
+// passed on the way are exactly those that missed their turn (their credit
+// beat the winner's), each a step toward a reservation, so this work is
+// bounded per task. Three min-heaps of head demand (one per dimension) see
+// in O(1) that nothing can fit at all.
 type pool struct {
 	t        int64            // virtual pick counter
 	rebaseAt int64            // when t reaches it, fold t into every base
