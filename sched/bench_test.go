@@ -187,7 +187,7 @@ func BenchmarkMixedTrace(b *testing.B) {
 		name  string
 		mixed bool
 		k     int
-	}{{"uniform", false, 0}, {"mixed", true, 0}, {"mixed/K=64", true, 64}} {
+	}{{"uniform", false, 0}, {"mixed", true, 0}, {"mixed/K=2", true, 2}, {"mixed/K=64", true, 64}} {
 		mixed, cfg := v.mixed, Config{Capacity: traceNode, ReserveAfter: v.k}
 		b.Run(v.name, func(b *testing.B) {
 			var hash uint64
