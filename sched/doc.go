@@ -75,7 +75,8 @@
 // # Determinism
 //
 // No goroutines, no clock reads (the caller passes now), no randomness, no
-// map iteration in any decision (maps are only looked up). The same calls
+// map iteration in any decision (maps and the name tables, whose hash seed
+// is random, are only looked up). The same calls
 // in the same order give the same decisions; the tests replay random traces
 // to prove it. The Scheduler holds one mutex, so it may be called from many
 // goroutines; then the interleaving is the caller's to fix.
