@@ -55,9 +55,24 @@ func (h classHeap) down(i int) {
 			break
 		}
 		m := first
-		for c := first + 1; c < min(first+arity, n); c++ {
-			if h[c].above(&h[m]) {
-				m = c
+		if first+arity <= n { // all four children: no loop, no bounds checks
+			ch := h[first : first+arity : first+arity]
+			k, k2 := 0, 2
+			if ch[1].above(&ch[0]) {
+				k = 1
+			}
+			if ch[3].above(&ch[2]) {
+				k2 = 3
+			}
+			if ch[k2].above(&ch[k]) {
+				k = k2
+			}
+			m += k
+		} else {
+			for c := first + 1; c < n; c++ {
+				if h[c].above(&h[m]) {
+					m = c
+				}
 			}
 		}
 		if !h[m].above(&it) {
