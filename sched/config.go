@@ -8,7 +8,7 @@ import (
 // Defaults for zero configuration fields.
 const (
 	DefaultMaxQueued       = 1 << 16 // tasks queued across all tenants
-	DefaultReserveAfter    = 8       // skips before a head task gets a reservation
+	DefaultReserveAfter    = 8       // missed turns before a head task gets a reservation
 	DefaultTenantMaxQueued = 256     // tasks queued per tenant
 	DefaultTenantRunning   = 16      // tasks running per tenant
 	MaxWeight              = 1 << 20 // largest tenant weight
@@ -28,8 +28,9 @@ type Config struct {
 	// MaxQueued bounds the tasks queued across all tenants; beyond it Submit
 	// answers ErrQueueFull. Zero means DefaultMaxQueued.
 	MaxQueued int
-	// ReserveAfter is K: a head task passed over for lack of room more than
-	// K times gets a reservation. Zero means DefaultReserveAfter.
+	// ReserveAfter is K: a head task that missed its turn for lack of room
+	// (its credit beat the winner's) more than K times gets a reservation.
+	// Zero means DefaultReserveAfter.
 	ReserveAfter int
 }
 

@@ -1,6 +1,6 @@
 package sched
 
-// The two indexed binary heaps of the eligible pool. Each element records its
+// The two indexed heaps of the pool. Each element records its
 // own position in the tenant (clsPos, dimPos), so removal and key changes are
 // O(log n). They are written out concretely: a comparison through a function
 // value costs more than the rest of a pick.
@@ -19,47 +19,73 @@ func (a *citem) above(b *citem) bool {
 	return a.base > b.base || a.base == b.base && a.seq < b.seq
 }
 
+// classHeap is a 4-ary heap: half the depth of a binary one, so a winner
+// sinking after it paid moves past half as many tenants, and each move
+// writes one tenant's position (the sinking item is written once, where it
+// stops). Children of i are 4i+1 … 4i+4.
 type classHeap []citem
 
-func (h classHeap) swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].t.clsPos = i
-	h[j].t.clsPos = j
+const arity = 4
+
+// set puts it at i and records the position in its tenant.
+func (h classHeap) set(i int, it citem) {
+	h[i] = it
+	it.t.clsPos = i
 }
 
 func (h classHeap) up(i int) {
+	it := h[i]
 	for i > 0 {
-		p := (i - 1) / 2
-		if !h[i].above(&h[p]) {
-			return
+		p := (i - 1) / arity
+		if !it.above(&h[p]) {
+			break
 		}
-		h.swap(i, p)
+		h.set(i, h[p])
 		i = p
 	}
+	h.set(i, it)
 }
 
 func (h classHeap) down(i int) {
+	it := h[i]
 	n := len(h)
 	for {
-		l := 2*i + 1
-		if l >= n {
-			return
+		first := arity*i + 1
+		if first >= n {
+			break
 		}
-		m := l
-		if r := l + 1; r < n && h[r].above(&h[l]) {
-			m = r
+		m := first
+		if first+arity <= n { // all four children: no loop, no bounds checks
+			ch := h[first : first+arity : first+arity]
+			k, k2 := 0, 2
+			if ch[1].above(&ch[0]) {
+				k = 1
+			}
+			if ch[3].above(&ch[2]) {
+				k2 = 3
+			}
+			if ch[k2].above(&ch[k]) {
+				k = k2
+			}
+			m += k
+		} else {
+			for c := first + 1; c < n; c++ {
+				if h[c].above(&h[m]) {
+					m = c
+				}
+			}
 		}
-		if !h[m].above(&h[i]) {
-			return
+		if !h[m].above(&it) {
+			break
 		}
-		h.swap(i, m)
+		h.set(i, h[m])
 		i = m
 	}
+	h.set(i, it)
 }
 
 func (h *classHeap) push(it citem) {
 	*h = append(*h, it)
-	it.t.clsPos = len(*h) - 1
 	h.up(len(*h) - 1)
 }
 
@@ -68,13 +94,12 @@ func (h *classHeap) remove(i int) citem {
 	old := *h
 	it := old[i]
 	last := len(old) - 1
-	if i != last {
-		old.swap(i, last)
-	}
 	*h = old[:last]
 	if i != last {
+		moved := old[last]
+		old[i] = moved
 		h.down(i)
-		h.up(i)
+		h.up(moved.t.clsPos)
 	}
 	it.t.clsPos = -1
 	return it
@@ -167,25 +192,4 @@ func (h *dimHeap) top() int64 {
 		return -1
 	}
 	return h.items[0].key
-}
-
-// above calls visit for every tenant whose key exceeds limit, descending only
-// into subtrees whose root exceeds it: O(1 + number visited). stack is
-// scratch space, returned for reuse.
-func (h *dimHeap) above(limit int64, stack []int, visit func(*tenant)) []int {
-	stack = stack[:0]
-	if len(h.items) > 0 && h.items[0].key > limit {
-		stack = append(stack, 0)
-	}
-	for len(stack) > 0 {
-		i := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		visit(h.items[i].t)
-		for c := 2*i + 1; c <= 2*i+2 && c < len(h.items); c++ {
-			if h.items[c].key > limit {
-				stack = append(stack, c)
-			}
-		}
-	}
-	return stack
 }

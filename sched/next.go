@@ -15,17 +15,15 @@ import (
 // used only for Start.Wait. The decision, in order:
 //
 //  1. Reservations, oldest first: the first whose tenant is under quota and
-//     whose head fits starts out of turn, but pays like any pick: the
-//     tenants of step 2 whose head fits earn their weight and it pays
-//     their sum (no skips are counted). A reservation that
-//     does not fit sets its demand aside: the rest see free minus it
-//     (floored at zero).
-//  2. SWRR over the pool — tenants with a queued head, no reservation, under
-//     quota — among those whose head fits what is left: each earns its
-//     weight, the largest credit wins (ties: earliest AddTenant), and the
-//     winner pays the sum of those weights. Pool tenants whose head does not
-//     fit are skipped and earn nothing; a head skipped more than
-//     ReserveAfter times gets a reservation (several at once: in
+//     whose head fits starts out of turn, but pays like any pick: every
+//     earner (a queued head, under quota) earns its weight and it pays
+//     their sum (no turns are counted). A reservation that does not fit
+//     sets its demand aside: the rest see free minus it (floored at zero).
+//  2. SWRR: every earner earns its weight; among those with no reservation
+//     whose head fits what is left, the largest credit wins (ties: earliest
+//     AddTenant) and pays the earners' weight sum. A head that does not fit
+//     but whose credit beat the winner's missed its turn; one that missed
+//     more than ReserveAfter turns gets a reservation (several at once: in
 //     registration order).
 //
 // When nothing fits, Next returns false and changes nothing.
@@ -40,7 +38,7 @@ func (s *Scheduler) Next(free resource.Vector, now time.Time) (Start, bool) {
 		d := t.head.task.Demand
 		if d.Fits(eff) {
 			s.reservations = slices.Delete(s.reservations, i, i+1)
-			s.pool.charge(eff, t)
+			s.pool.charge(t)
 			t.reserved = false
 			return s.start(t, now, true), true
 		}
@@ -56,8 +54,8 @@ func (s *Scheduler) Next(free resource.Vector, now time.Time) (Start, bool) {
 	return s.start(w, now, false), true
 }
 
-// skip counts a pass-over for each blocked head and reserves those that
-// passed ReserveAfter.
+// skip counts a missed turn for each head in blocked and reserves those
+// that missed more than ReserveAfter.
 func (s *Scheduler) skip(blocked []*tenant) {
 	n := 0
 	for _, t := range blocked {
@@ -73,8 +71,8 @@ func (s *Scheduler) skip(blocked []*tenant) {
 	reserve := blocked[:n]
 	slices.SortFunc(reserve, func(a, b *tenant) int { return cmp.Compare(a.seq, b.seq) })
 	for _, t := range reserve {
-		s.pool.remove(t)
 		t.reserved = true
+		s.refresh(t, false) // out of the heaps; it still earns
 		s.reservations = append(s.reservations, t)
 	}
 }

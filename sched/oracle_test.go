@@ -163,69 +163,60 @@ func (o *oracle) Next(free resource.Vector, now time.Time) (Start, bool) {
 		}
 		d := t.queue[0].task.Demand
 		if d.Fits(eff) {
-			// A forced pick: the fitting tenants earn, t pays their sum.
+			// A forced pick: every earner earns, t pays their sum.
 			o.reservations = slices.Delete(o.reservations, i, i+1)
-			o.split(eff) // a forced pick counts no skips
-			o.elig = append(o.elig, t)
 			o.charge(t)
 			t.reserved = false
 			return o.start(t, now, true), true
 		}
 		eff = clip(eff.Sub(d))
 	}
-	blocked := o.split(eff)
-	if len(o.elig) == 0 {
-		return Start{}, false
-	}
 	var best *otenant
-	for _, t := range o.elig {
-		if best == nil || t.credit+t.cfg.Weight > best.credit+best.cfg.Weight {
-			best = t
-		}
-	}
-	o.charge(best)
-	o.skip(blocked)
-	return o.start(best, now, false), true
-}
-
-// split sets o.elig to the pool tenants whose head fits eff and returns
-// those whose head does not, both in registration order.
-func (o *oracle) split(eff resource.Vector) (blocked []*otenant) {
-	o.elig = o.elig[:0]
+	var blocked []*otenant
 	for _, t := range o.tenants {
 		if len(t.queue) == 0 || t.reserved || t.running >= t.cfg.MaxRunning {
 			continue
 		}
-		if t.queue[0].task.Demand.Fits(eff) {
-			o.elig = append(o.elig, t)
-		} else {
+		if !t.queue[0].task.Demand.Fits(eff) {
 			blocked = append(blocked, t)
+		} else if best == nil || t.credit+t.cfg.Weight > best.credit+best.cfg.Weight {
+			best = t // the largest credit after earning; registration order breaks ties
 		}
 	}
-	return blocked
+	if best == nil {
+		return Start{}, false
+	}
+	// A blocked head missed its turn when its credit after earning beats the
+	// winner's.
+	for _, t := range blocked {
+		if t.credit+t.cfg.Weight > best.credit+best.cfg.Weight ||
+			t.credit+t.cfg.Weight == best.credit+best.cfg.Weight && t.seq < best.seq {
+			t.queue[0].skips++
+			if t.queue[0].skips > o.cfg.ReserveAfter {
+				t.reserved = true
+				o.reservations = append(o.reservations, t)
+			}
+		}
+	}
+	o.charge(best)
+	return o.start(best, now, false), true
 }
 
-// charge is the SWRR step: every tenant in o.elig earns its weight, the
-// winner pays their sum.
+// charge is the SWRR step: every earner (a queued head, under quota,
+// reserved or not) earns its weight, the winner pays their sum.
 func (o *oracle) charge(winner *otenant) {
+	o.elig = o.elig[:0]
 	var sum int64
-	for _, t := range o.elig {
-		t.credit += t.cfg.Weight
-		sum += t.cfg.Weight
+	for _, t := range o.tenants {
+		if len(t.queue) > 0 && t.running < t.cfg.MaxRunning {
+			t.credit += t.cfg.Weight
+			sum += t.cfg.Weight
+			o.elig = append(o.elig, t)
+		}
 	}
 	winner.credit -= sum
 	if o.onPick != nil {
 		o.onPick(o.elig, winner)
-	}
-}
-
-func (o *oracle) skip(blocked []*otenant) {
-	for _, t := range blocked {
-		t.queue[0].skips++
-		if t.queue[0].skips > o.cfg.ReserveAfter {
-			t.reserved = true
-			o.reservations = append(o.reservations, t)
-		}
 	}
 }
 

@@ -2,41 +2,48 @@ package sched
 
 import "github.com/wovyr/wovyr/resource"
 
-// pool holds the tenants that may be picked: a queued head task, no
-// reservation, under their concurrency quota. It is the fast form of SWRR.
+// pool holds the earners — tenants with a queued head, under their
+// concurrency quota — and is the fast form of SWRR. Those without a
+// reservation sit in the class heaps and may be picked; reserved ones earn
+// outside them (outside).
 //
 // # Why weight classes
 //
-// Every pick adds w_i to the credit of every eligible tenant, so the
-// credits cannot be kept literally. The pool keeps a virtual pick counter T
-// and, per tenant, base_i = credit_i − w_i·T: "everyone earns" is then T++
-// and costs nothing. The order of base_i equals the order of credit_i only
-// among tenants of equal weight, so tenants are grouped in one heap per
-// distinct weight (a class), ordered by (base desc, registration order). A
-// pick compares the top of each class by its real credit, base + w·T, and
-// charges the winner the eligible weight sum. That is exact SWRR with the
-// oracle's tie-break, at O(D + log n) for D distinct weights among eligible
-// tenants.
+// Every pick adds w_i to the credit of every earner, so the credits cannot
+// be kept literally. The pool keeps a virtual pick counter T and, per
+// tenant, base_i = credit_i − w_i·T: "everyone earns" is then T++ and costs
+// nothing. The order of base_i equals the order of credit_i only among
+// tenants of equal weight, so tenants are grouped in one heap per distinct
+// weight (a class), ordered by (base desc, registration order). A pick
+// compares the top of each class by its real credit, base + w·T, and
+// charges the winner the earners' weight sum. That is exact SWRR with the
+// oracle's tie-break, at O(D + log n) for D distinct weights.
 //
-// Heads that do not fit the free vector must neither be picked nor earn in
-// that pick. Three max-heaps of head demand (one per dimension) enumerate
-// exactly those heads in O(1 + their number); they are lifted out of their
-// class for the pick and put back with base −= w, so their credit is
-// unchanged. Each such skip moves the head task toward a reservation (after
-// ReserveAfter+1 skips it leaves the pool), so this work is bounded per task.
+// A head that does not fit must not be picked, but it still earns. When the
+// best class top does not fit, a best-first search over the class heaps
+// walks down from the tops in credit order until a head fits; the ones
+// passed on the way are exactly those that missed their turn (their credit
+// beat the winner's), each a step toward a reservation, so this work is
+// bounded per task. Three min-heaps of head demand (one per dimension) see
+// in O(1) that nothing can fit at all.
 type pool struct {
 	t        int64            // virtual pick counter
 	rebaseAt int64            // when t reaches it, fold t into every base
 	classes  map[int64]*class // by weight; looked up, never iterated
 	active   []*class         // classes with at least one tenant, any order
-	n        int              // tenants in the pool
-	wsum     int64            // their total weight
-	dims     [6]dimHeap       // 0..2: head demand per dimension; 3..5: its negation (min-heaps)
+	tops     []ctop           // active[k]'s top, kept here so a pick scans one array
+	n        int              // tenants in the class heaps
+	wsum     int64            // total weight of the earners, in the heaps or not
+	outside  []*tenant        // earners outside the heaps: reserved, any order
+	dims     [3]dimHeap       // negated head demand per dimension: the smallest head on top
 
-	stamp    uint64    // marks the tenants found blocked in this pick
-	stack    []int     // scratch for dimHeap.above
-	blocked  []*tenant // scratch: this pick's blocked tenants
-	detached []citem   // scratch: their class items while lifted out
+	frontier []fitem   // scratch: the best-first search of a pick
+	blocked  []*tenant // scratch: the tenants that missed their turn in this pick
+}
+
+// ctop is a copy of a class's top item.
+type ctop struct {
+	base, seq, weight int64
 }
 
 // class is the tenants of one weight, ordered by credit.
@@ -50,17 +57,12 @@ func newPool() pool {
 	return pool{
 		rebaseAt: rebaseAt,
 		classes:  make(map[int64]*class),
-		dims:     [6]dimHeap{{dim: 0}, {dim: 1}, {dim: 2}, {dim: 3}, {dim: 4}, {dim: 5}},
+		dims:     [3]dimHeap{{dim: 0}, {dim: 1}, {dim: 2}},
 	}
 }
 
 // keyOf is tenant head demand d's key in dims[i].
-func keyOf(d resource.Vector, i int) int64 {
-	if i >= 3 {
-		return -dimOf(d, i-3)
-	}
-	return dimOf(d, i)
-}
+func keyOf(d resource.Vector, i int) int64 { return -dimOf(d, i) }
 
 func dimOf(v resource.Vector, d int) int64 {
 	switch d {
@@ -87,7 +89,15 @@ func (p *pool) attach(c *class, it citem) {
 	if c.pos < 0 {
 		c.pos = len(p.active)
 		p.active = append(p.active, c)
+		p.tops = append(p.tops, ctop{})
 	}
+	p.retop(c)
+}
+
+// retop copies c's top into p.tops after the top may have changed.
+func (p *pool) retop(c *class) {
+	top := &c.h[0]
+	p.tops[c.pos] = ctop{base: top.base, seq: top.seq, weight: c.weight}
 }
 
 // detach takes t's item out of its class heap, deactivating an emptied class.
@@ -99,36 +109,60 @@ func (p *pool) detach(t *tenant) citem {
 		p.active[c.pos] = last
 		last.pos = c.pos
 		p.active = p.active[:len(p.active)-1]
+		p.tops[last.pos] = p.tops[len(p.tops)-1]
+		p.tops = p.tops[:len(p.tops)-1]
 		c.pos = -1
+	} else {
+		p.retop(c)
 	}
 	return it
 }
 
-// add makes t eligible with its frozen credit.
-func (p *pool) add(t *tenant) {
-	c := p.classOf(t.cfg.Weight)
-	t.cls = c
-	p.attach(c, citem{base: t.credit - c.weight*p.t, seq: t.seq, t: t})
-	d := t.head.task.Demand
-	for i := range p.dims {
-		p.dims[i].push(keyOf(d, i), t)
+// add makes t an earner with its frozen credit: in the class heaps when
+// it may be picked (heap), outside them when it holds a reservation.
+func (p *pool) add(t *tenant, heap bool) {
+	w := t.cfg.Weight
+	base := t.credit - w*p.t
+	if heap {
+		c := p.classOf(w)
+		t.cls = c
+		p.attach(c, citem{base: base, seq: t.seq, t: t})
+		d := t.head.task.Demand
+		for i := range p.dims {
+			p.dims[i].push(keyOf(d, i), t)
+		}
+		p.n++
+		t.inPool = true
+	} else {
+		t.base = base
+		t.outPos = len(p.outside)
+		p.outside = append(p.outside, t)
 	}
-	p.n++
-	p.wsum += c.weight
-	t.inPool = true
+	p.wsum += w
+	t.earning = true
 }
 
-// remove makes t ineligible, freezing its credit.
+// remove freezes t's credit and takes it out of the earners.
 func (p *pool) remove(t *tenant) {
-	it := p.detach(t)
-	t.credit = it.base + t.cls.weight*p.t
-	for i := range p.dims {
-		p.dims[i].remove(t)
+	w := t.cfg.Weight
+	if t.inPool {
+		it := p.detach(t)
+		t.credit = it.base + w*p.t
+		for i := range p.dims {
+			p.dims[i].remove(t)
+		}
+		p.n--
+		t.cls = nil
+		t.inPool = false
+	} else {
+		t.credit = t.base + w*p.t
+		last := p.outside[len(p.outside)-1]
+		p.outside[t.outPos] = last
+		last.outPos = t.outPos
+		p.outside = p.outside[:len(p.outside)-1]
 	}
-	p.n--
-	p.wsum -= t.cls.weight
-	t.cls = nil
-	t.inPool = false
+	p.wsum -= w
+	t.earning = false
 }
 
 // headChanged re-keys t after its head task changed.
@@ -139,47 +173,39 @@ func (p *pool) headChanged(t *tenant) {
 	}
 }
 
-// credit is t's current SWRR credit, in or out of the pool.
+// credit is t's current SWRR credit, earning or frozen.
 func (p *pool) credit(t *tenant) int64 {
-	if !t.inPool {
-		return t.credit
+	switch {
+	case t.inPool:
+		return t.cls.h[t.clsPos].base + t.cls.weight*p.t
+	case t.earning:
+		return t.base + t.cfg.Weight*p.t
 	}
-	return t.cls.h[t.clsPos].base + t.cls.weight*p.t
+	return t.credit
 }
 
 // noneFits reports, in O(1), that some dimension's smallest head demand
 // exceeds eff, so no head fits. (False does not promise that one fits.)
 func (p *pool) noneFits(eff resource.Vector) bool {
 	for i := range 3 {
-		if h := &p.dims[3+i]; len(h.items) > 0 && -h.top() > dimOf(eff, i) {
+		if h := &p.dims[i]; len(h.items) > 0 && -h.top() > dimOf(eff, i) {
 			return true
 		}
 	}
 	return p.n == 0
 }
 
-// findBlocked collects into p.blocked the pool tenants whose head does not
-// fit eff.
-func (p *pool) findBlocked(eff resource.Vector) {
-	p.blocked = p.blocked[:0]
-	if p.dims[0].top() <= eff.CPUMillis && p.dims[1].top() <= eff.MemoryBytes && p.dims[2].top() <= eff.GPU {
-		return
-	}
-	p.stamp++
-	for i := range 3 {
-		p.stack = p.dims[i].above(dimOf(eff, i), p.stack, func(t *tenant) {
-			if t.mark != p.stamp {
-				t.mark = p.stamp
-				p.blocked = append(p.blocked, t)
-			}
-		})
-	}
-}
-
-// pick performs one SWRR pick among the tenants whose head fits eff. It
-// returns the winner (still in the pool, already charged) or nil when none
-// fits, and leaves the blocked tenants of this pick in p.blocked. A pick
-// that finds no winner changes no credit.
+// pick performs one SWRR pick among the heap tenants whose head fits eff.
+// Every earner earns its weight; the winner, the largest credit among
+// those that fit, pays the earners' weight sum. It returns the winner, or
+// nil when none fits (and then changes nothing), and leaves in p.blocked
+// the tenants that missed their turn: their head did not fit and their
+// credit beat the winner's.
+//
+// The usual case is one comparison per class: the best class top fits.
+// Otherwise a best-first search over the class heaps visits tenants in
+// credit order until one fits: those that missed their turn and their
+// children, never the tenants below the winner.
 func (p *pool) pick(eff resource.Vector) *tenant {
 	if p.t >= p.rebaseAt {
 		p.rebase()
@@ -188,68 +214,106 @@ func (p *pool) pick(eff resource.Vector) *tenant {
 	if p.noneFits(eff) {
 		return nil
 	}
-	p.findBlocked(eff)
-	if p.n == len(p.blocked) {
-		return nil
-	}
-	we := p.wsum
-	p.detached = p.detached[:0]
-	for _, t := range p.blocked {
-		we -= t.cls.weight
-		p.detached = append(p.detached, p.detach(t))
-	}
-	p.t++
-	var best *class
-	var bestCredit int64
-	for _, c := range p.active {
-		top := &c.h[0]
-		cr := top.base + c.weight*p.t
-		if best == nil || cr > bestCredit || cr == bestCredit && top.seq < best.h[0].seq {
-			best, bestCredit = c, cr
+	t1 := p.t + 1 // credits are compared after this pick's earning
+	best := 0
+	bestCredit := p.tops[0].base + p.tops[0].weight*t1
+	for k := 1; k < len(p.tops); k++ {
+		top := &p.tops[k]
+		cr := top.base + top.weight*t1
+		if cr > bestCredit || cr == bestCredit && top.seq < p.tops[best].seq {
+			best, bestCredit = k, cr
 		}
 	}
-	winner := best.h[0].t
-	best.h[0].base -= we
-	best.h.down(0)
-	p.reattach()
+	c, i := p.active[best], 0
+	if !c.h[0].t.head.task.Demand.Fits(eff) {
+		if c, i = p.search(eff, t1); c == nil {
+			p.blocked = p.blocked[:0]
+			return nil
+		}
+	}
+	p.t = t1
+	it := &c.h[i]
+	winner := it.t
+	it.base -= p.wsum
+	c.h.down(i)
+	p.retop(c)
 	return winner
 }
 
-// charge is the SWRR step of a forced pick: r, a reserved tenant outside
-// the pool, starts out of turn. The pool tenants whose head fits eff earn
-// their weight and r pays their sum (r's own weight it earns and pays at
-// once). No skips are counted for a forced pick.
-func (p *pool) charge(eff resource.Vector, r *tenant) {
+// fitem is a class heap node in the best-first search.
+type fitem struct {
+	credit int64
+	seq    int64
+	c      *class
+	i      int
+}
+
+func (a *fitem) above(b *fitem) bool {
+	return a.credit > b.credit || a.credit == b.credit && a.seq < b.seq
+}
+
+// search finds the heap tenant of largest credit (at counter t1) whose head
+// fits eff and collects the ones above it in p.blocked. It returns the
+// winner's class and index, or nil when no head fits.
+func (p *pool) search(eff resource.Vector, t1 int64) (*class, int) {
+	f := p.frontier[:0]
+	defer func() { p.frontier = f[:0] }()
+	push := func(c *class, i int) {
+		it := &c.h[i]
+		f = append(f, fitem{it.base + c.weight*t1, it.seq, c, i})
+		for j := len(f) - 1; j > 0; {
+			up := (j - 1) / 2
+			if !f[j].above(&f[up]) {
+				break
+			}
+			f[j], f[up] = f[up], f[j]
+			j = up
+		}
+	}
+	for _, c := range p.active {
+		push(c, 0)
+	}
+	for len(f) > 0 {
+		top := f[0]
+		last := len(f) - 1
+		f[0] = f[last]
+		f = f[:last]
+		for j := 0; ; {
+			m := 2*j + 1
+			if m >= len(f) {
+				break
+			}
+			if r := m + 1; r < len(f) && f[r].above(&f[m]) {
+				m = r
+			}
+			if !f[m].above(&f[j]) {
+				break
+			}
+			f[j], f[m] = f[m], f[j]
+			j = m
+		}
+		c, i := top.c, top.i
+		t := c.h[i].t
+		if t.head.task.Demand.Fits(eff) {
+			return c, i
+		}
+		p.blocked = append(p.blocked, t)
+		for k := arity*i + 1; k <= arity*i+arity && k < len(c.h); k++ {
+			push(c, k)
+		}
+	}
+	return nil, 0
+}
+
+// charge is the SWRR step of a forced pick: r, a reserved earner outside
+// the heaps, starts out of turn. Every earner earns its weight and r pays
+// their sum. No turns are counted for a forced pick.
+func (p *pool) charge(r *tenant) {
 	if p.t >= p.rebaseAt {
 		p.rebase()
 	}
-	p.blocked = p.blocked[:0]
-	if p.noneFits(eff) {
-		return // nobody earns; r earns and pays its own weight
-	}
-	p.findBlocked(eff)
-	we := p.wsum
-	if p.n > len(p.blocked) {
-		p.detached = p.detached[:0]
-		for _, t := range p.blocked {
-			we -= t.cls.weight
-			p.detached = append(p.detached, p.detach(t))
-		}
-		p.t++
-		p.reattach()
-	} else {
-		we = 0
-	}
-	r.credit -= we
-}
-
-// reattach puts the lifted-out blocked tenants back; they did not earn in
-// this pick, so base −= w keeps their credit unchanged.
-func (p *pool) reattach() {
-	for _, it := range p.detached {
-		it.base -= it.t.cls.weight
-		p.attach(it.t.cls, it)
-	}
+	p.t++
+	r.base -= p.wsum
 }
 
 // rebase folds the virtual counter into every base; orders are unchanged.
@@ -258,6 +322,10 @@ func (p *pool) rebase() {
 		for i := range c.h {
 			c.h[i].base += c.weight * p.t
 		}
+		p.retop(c)
+	}
+	for _, t := range p.outside {
+		t.base += t.cfg.Weight * p.t
 	}
 	p.t = 0
 }

@@ -39,7 +39,7 @@ func mustSubmit(t *testing.T, s *Scheduler, id, tenant string, d resource.Vector
 // dump is the scheduler's whole state, for "changed nothing" checks.
 func dump(s *Scheduler) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%+v free=%v queued=%d tasks=%d T=%d n=%d w=%d res=[", s.Snapshot(), s.Free(), s.queued, len(s.tasks), s.pool.t, s.pool.n, s.pool.wsum)
+	fmt.Fprintf(&b, "%+v free=%v queued=%d tasks=%d T=%d n=%d w=%d res=[", s.Snapshot(), s.Free(), s.queued, s.tasks.n, s.pool.t, s.pool.n, s.pool.wsum)
 	for _, t := range s.reservations {
 		b.WriteString(t.name + " ")
 	}

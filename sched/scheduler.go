@@ -13,10 +13,10 @@ import (
 type Scheduler struct {
 	mu           sync.Mutex
 	cfg          Config
-	tenants      map[string]*tenant // looked up, never iterated
-	order        []*tenant          // registration order
+	tenants      table[*tenant] // looked up, never iterated
+	order        []*tenant      // registration order
 	nextSeq      int64
-	tasks        map[string]*entry // queued and running, by id; looked up only
+	tasks        table[*entry] // queued and running, by id; looked up, never iterated
 	queued       int
 	inUse        resource.Vector
 	reservations []*tenant // tenants whose head holds a reservation, oldest first
@@ -35,12 +35,14 @@ type tenant struct {
 	inUse   resource.Vector
 
 	reserved bool
-	inPool   bool
-	credit   int64 // valid while !inPool
+	earning  bool  // queued and under quota: its credit grows with every pick
+	inPool   bool  // an earner in the class heaps (not reserved)
+	credit   int64 // valid while !earning
+	base     int64 // credit − weight × pool counter, for earners outside the heaps
+	outPos   int   // index in pool.outside
 	cls      *class
 	clsPos   int
-	dimPos   [6]int
-	mark     uint64
+	dimPos   [3]int
 
 	st TenantStats // counters only
 }
@@ -62,8 +64,8 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	return &Scheduler{
 		cfg:     cfg,
-		tenants: make(map[string]*tenant),
-		tasks:   make(map[string]*entry),
+		tenants: newTable[*tenant](),
+		tasks:   newTable[*entry](),
 		pool:    newPool(),
 	}, nil
 }
@@ -81,12 +83,13 @@ func (s *Scheduler) AddTenant(name string, c TenantConfig) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.tenants[name] != nil {
+	old, h, at := s.tenants.find(name)
+	if old != nil {
 		return badInput(ErrTenantExists, "tenant", "tenant %s already exists", name)
 	}
-	t := &tenant{name: name, seq: s.nextSeq, cfg: c, clsPos: -1, dimPos: [6]int{-1, -1, -1, -1, -1, -1}}
+	t := &tenant{name: name, seq: s.nextSeq, cfg: c, clsPos: -1, dimPos: [3]int{-1, -1, -1}}
 	s.nextSeq++
-	s.tenants[name] = t
+	s.tenants.insertAt(at, h, t)
 	s.order = append(s.order, t)
 	return nil
 }
@@ -100,11 +103,11 @@ func (s *Scheduler) UpdateTenant(name string, c TenantConfig) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := s.tenants[name]
+	t := s.tenants.get(name)
 	if t == nil {
 		return badInput(ErrUnknownTenant, "tenant", "unknown tenant %q", name)
 	}
-	if t.inPool {
+	if t.earning {
 		s.pool.remove(t)
 	}
 	t.cfg = c
@@ -117,14 +120,14 @@ func (s *Scheduler) UpdateTenant(name string, c TenantConfig) error {
 func (s *Scheduler) RemoveTenant(name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := s.tenants[name]
+	t, _, at := s.tenants.find(name)
 	if t == nil {
 		return badInput(ErrUnknownTenant, "tenant", "unknown tenant %q", name)
 	}
 	if t.queued > 0 || t.running > 0 {
 		return badInput(ErrTenantBusy, "tenant", "tenant %s has %d queued and %d running", name, t.queued, t.running)
 	}
-	delete(s.tenants, name)
+	s.tenants.deleteAt(at)
 	s.order = slices.DeleteFunc(s.order, func(o *tenant) bool { return o == t })
 	return nil
 }
@@ -139,11 +142,12 @@ func (s *Scheduler) Submit(task Task, now time.Time) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := s.tenants[task.Tenant]
+	t := s.tenants.get(task.Tenant)
 	if t == nil {
 		return badInput(ErrUnknownTenant, "tenant", "unknown tenant %q", task.Tenant)
 	}
-	if s.tasks[task.ID] != nil {
+	dup, h, slot := s.tasks.find(task.ID)
+	if dup != nil {
 		return badInput(ErrDuplicateTask, "id", "task %q is already queued or running", task.ID)
 	}
 	if t.queued >= t.cfg.MaxQueued {
@@ -164,7 +168,7 @@ func (s *Scheduler) Submit(task Task, now time.Time) error {
 	t.tail = e
 	t.queued++
 	s.queued++
-	s.tasks[task.ID] = e
+	s.tasks.insertAt(slot, h, e)
 	t.st.Admitted++
 	if t.head == e {
 		s.refresh(t, true)
@@ -177,7 +181,7 @@ func (s *Scheduler) Submit(task Task, now time.Time) error {
 func (s *Scheduler) Cancel(id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.tasks[id]
+	e, _, slot := s.tasks.find(id)
 	if e == nil || e.running {
 		return badInput(ErrUnknownTask, "id", "task %q is not queued", id)
 	}
@@ -185,7 +189,7 @@ func (s *Scheduler) Cancel(id string) error {
 	wasHead := t.head == e
 	s.unlink(e)
 	headChanged := wasHead && t.head != nil && t.head.task.Demand != e.task.Demand
-	delete(s.tasks, id)
+	s.tasks.deleteAt(slot)
 	t.st.Cancelled++
 	if wasHead && t.reserved {
 		s.dropReservation(t)
@@ -200,7 +204,7 @@ func (s *Scheduler) Cancel(id string) error {
 func (s *Scheduler) Done(id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.tasks[id]
+	e, _, slot := s.tasks.find(id)
 	if e == nil || !e.running {
 		return badInput(ErrUnknownTask, "id", "task %q is not running", id)
 	}
@@ -210,21 +214,23 @@ func (s *Scheduler) Done(id string) error {
 	t.inUse = t.inUse.Sub(d)
 	s.inUse = s.inUse.Sub(d)
 	t.st.Completed++
-	delete(s.tasks, id)
+	s.tasks.deleteAt(slot)
 	s.refresh(t, false)
 	s.recycle(e)
 	return nil
 }
 
-// refresh puts t into or out of the pool after its state changed;
-// headChanged says its head's demand changed.
+// refresh puts t into or out of the earners and the class heaps after its
+// state changed; headChanged says its head's demand changed.
 func (s *Scheduler) refresh(t *tenant, headChanged bool) {
-	want := t.head != nil && !t.reserved && t.running < t.cfg.MaxRunning
-	switch {
-	case t.inPool && !want:
+	earn := t.head != nil && t.running < t.cfg.MaxRunning
+	heap := earn && !t.reserved
+	if t.earning && (!earn || t.inPool != heap) {
 		s.pool.remove(t)
-	case !t.inPool && want:
-		s.pool.add(t)
+	}
+	switch {
+	case earn && !t.earning:
+		s.pool.add(t, heap)
 	case t.inPool && headChanged:
 		s.pool.headChanged(t)
 	}

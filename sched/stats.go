@@ -6,7 +6,7 @@ import "github.com/wovyr/wovyr/resource"
 func (s *Scheduler) Stats(name string) (TenantStats, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := s.tenants[name]
+	t := s.tenants.get(name)
 	if t == nil {
 		return TenantStats{}, badInput(ErrUnknownTenant, "tenant", "unknown tenant %q", name)
 	}
