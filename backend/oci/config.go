@@ -24,6 +24,12 @@ type Config struct {
 	// every sandbox as its init. Empty means "wovyr-guest" next to the
 	// running executable.
 	Agent string
+	// WasmRunner is the path of a static build of the wovyr binary (cgo,
+	// linked with -extldflags -static: its `wasm-exec` subcommand embeds
+	// Wasmtime). Copied like Agent and bind-mounted read-only into every
+	// sandbox, it runs wasm workloads inside the container or gVisor
+	// boundary. Empty: these backends accept command workloads only.
+	WasmRunner string
 	// Runtime forces one runtime binary ("crun", "runc", "runsc" or a
 	// path). Empty picks by probing: crun then runc for container, runsc
 	// for gvisor.

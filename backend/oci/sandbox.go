@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/wovyr/wovyr/agent"
@@ -42,14 +43,23 @@ type Sandbox struct {
 
 	mu      sync.Mutex
 	used    bool
-	tenant  *cgroup.Group
+	tenant  *cgroup.Group                 // sandboxCgroup; claim writes the tenant's limits here
+	leaf    *cgroup.Group                 // poolCgroup, the runtime's
+	base    cgroup.Stats                  // tenant's counters at claim
+	oomFD   int                           // watchOOM's eventfd on tenant (v1), or -1
 	cleanup []func(context.Context) error // reverse order
 	gone    bool
 }
 
-// poolCgroup is where a tenant-neutral sandbox's runtime cgroups live; "_"
+// sandboxCgroup is the sandbox's own cgroup, made by wovyr at Prepare and
+// kept until Destroy: claim writes the tenant's limits into it and usage is
+// read from it, also after the runtime removed its own cgroup below it. "_"
 // cannot start a tenant name, so it never collides with a tenant's.
-func poolCgroup(id string) string { return cgroup.Prefix + "/_pool/" + id }
+func sandboxCgroup(id string) string { return cgroup.Prefix + "/_pool/" + id }
+
+// poolCgroup is the runtime's cgroup (linux.cgroupsPath) inside the
+// sandbox's: where the sandbox's processes are, under the template's limits.
+func poolCgroup(id string) string { return sandboxCgroup(id) + "/runtime" }
 
 func newID(gvisor bool) string {
 	var b [6]byte
@@ -64,8 +74,8 @@ func newID(gvisor bool) string {
 // starts the container and waits until the agent answers. Each step is named
 // in its error; a failure undoes what was done.
 func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.Sandbox, error) {
-	if tmpl.Kind != sandbox.KindCommand && tmpl.Kind != "" {
-		return nil, sandbox.Errorf(sandbox.BadInput, "template.kind", "%s backend runs command workloads only (the wasm runner is not wired yet)", b.name)
+	if tmpl.Kind != "" && !sandbox.Accepts(b, tmpl.Kind) {
+		return nil, sandbox.Errorf(sandbox.BadInput, "template.kind", "%s backend does not run %s workloads (wasm needs Config.WasmRunner)", b.name, tmpl.Kind)
 	}
 	name := tmpl.Image
 	if name == "" {
@@ -96,7 +106,7 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 }
 
 func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, lim sandbox.Limits) (_ *Sandbox, err error) {
-	s := &Sandbox{b: b, d: d, id: newID(b.gvisor), image: name, limits: lim, agentFD: -1}
+	s := &Sandbox{b: b, d: d, id: newID(b.gvisor), image: name, limits: lim, agentFD: -1, oomFD: -1}
 	s.dir = filepath.Join(b.run, "sb", s.id)
 	defer func() {
 		if err != nil {
@@ -144,7 +154,10 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 	if err := step("spec", s.writeSpec); err != nil {
 		return nil, err
 	}
-	s.defer1(func(ctx context.Context) error { return removeCgroup(ctx, poolCgroup(s.id)) })
+	s.defer1(func(ctx context.Context) error { return removeCgroup(ctx, sandboxCgroup(s.id)) })
+	if err := step("cgroup", s.makeCgroup); err != nil {
+		return nil, err
+	}
 	s.defer1(s.stop)
 	if err := step("run", func() error { return s.create(ctx) }); err != nil {
 		return nil, err
@@ -154,6 +167,22 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 	}
 	b.cfg.Logger.Debug("sandbox prepared", "backend", b.name, "id", s.id, "image", name, "runtime", d.name, "uid", s.slot.ids.HostUID)
 	return s, nil
+}
+
+// makeCgroup creates the sandbox's own cgroup, the runtime's parent, and
+// on v1 starts counting its OOM events.
+func (s *Sandbox) makeCgroup() (err error) {
+	if s.tenant, err = cgroup.New(sandboxCgroup(s.id), cgroup.Limits{}); err != nil {
+		return err
+	}
+	if s.tenant.V2Group() {
+		return nil
+	}
+	if s.oomFD, err = watchOOM(memoryDir(s.tenant)); err != nil {
+		return err
+	}
+	s.defer1(func(context.Context) error { return unix.Close(s.oomFD) })
+	return nil
 }
 
 func (s *Sandbox) defer1(f func(context.Context) error) { s.cleanup = append(s.cleanup, f) }
@@ -187,6 +216,12 @@ func (s *Sandbox) writeSpec() error {
 	})
 	if err != nil {
 		return err
+	}
+	if s.b.runner != "" {
+		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: runnerPath, Type: "bind", Source: s.b.runner, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+		if err := s.wasmMountPoints(); err != nil {
+			return err
+		}
 	}
 	weakenSpec(spec, s.b.weak)
 	if err := s.weakFiles(spec); err != nil {
@@ -284,7 +319,7 @@ func (s *Sandbox) stop(ctx context.Context) error {
 			// The agent is the pid namespace's init: killing it ends every
 			// process in the container. Through a pidfd, so a recycled pid
 			// can never be hit; runsc's Sentry is killed by runsc.
-			if s.agentFD < 0 || unix.PidfdSendSignal(s.agentFD, unix.SIGKILL, nil, 0) != nil {
+			if !s.killAgent() {
 				_ = s.d.run(ctx, 5*time.Second, "kill", s.id, "KILL")
 			}
 		}
@@ -301,6 +336,30 @@ func (s *Sandbox) stop(ctx context.Context) error {
 		return nil
 	}
 	return s.d.destroy(ctx, s.id)
+}
+
+// killAgent SIGKILLs the container's init (runc/crun) or every process
+// in the runtime's cgroup (runsc: Sentry, gofer and their helpers), so
+// the foreground runtime sees its sandbox die and tears it down. It saves
+// starting a "<runtime> kill" (tens of ms under load); it reports false
+// where there was nothing to signal.
+func (s *Sandbox) killAgent() bool {
+	if s.agentFD >= 0 {
+		return unix.PidfdSendSignal(s.agentFD, unix.SIGKILL, nil, 0) == nil
+	}
+	if !s.b.gvisor {
+		return false
+	}
+	killed := false
+	for _, p := range treeProcs(poolCgroup(s.id)) {
+		fd, err := unix.PidfdOpen(p, 0)
+		if err != nil {
+			continue
+		}
+		killed = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) == nil || killed
+		unix.Close(fd)
+	}
+	return killed
 }
 
 // ready waits until the agent answers a no-op job; for runc/crun it also
@@ -327,6 +386,11 @@ func (s *Sandbox) ready(ctx context.Context) error {
 		}
 		s.agentFD = fd // closed by stop, after its last use
 	}
+	g, err := adopt(poolCgroup(s.id))
+	if err != nil {
+		return err
+	}
+	s.leaf = g
 	return nil
 }
 
@@ -354,18 +418,12 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if s.tenant != nil {
-		// The runtime cannot know this group: kill what is left in it and
-		// make sure no hierarchy keeps it.
-		// The KeepOrphans positive control does not hunt down what escaped
-		// its (absent) pid namespace; its cgroup stays until Reconcile.
-		if s.b.weak != battery.KeepOrphans {
-			errs = append(errs, s.tenant.Destroy(ctx), removeCgroup(ctx, s.tenant.Path()))
-		} else {
-			// The control's orphan is killed by the battery right after
-			// this; the group goes once it is empty (else Reconcile).
-			go removeWhenEmpty(s.tenant.Path(), time.Minute)
-		}
+	if s.tenant != nil && s.tenant.Path() != sandboxCgroup(s.id) {
+		// The KeepOrphans positive control's own tenant group: it does
+		// not hunt down what escaped its (absent) pid namespace. The
+		// battery kills the orphan right after this; the group goes once
+		// it is empty (else Reconcile).
+		go removeWhenEmpty(s.tenant.Path(), time.Minute)
 	}
 	if s.agentPID != 0 {
 		// The init's death takes its pid namespace with it (the kernel
