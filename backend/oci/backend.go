@@ -33,6 +33,9 @@ type Backend struct {
 
 	mu     sync.Mutex
 	driver *driver // chosen by the first successful probe
+
+	nsMu    sync.Mutex
+	nsCache map[idmap.Range]*os.File // see userns
 }
 
 // NewContainer returns the container backend: crun, runc as fallback.

@@ -137,9 +137,16 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 		return nil, err
 	}
 	s.defer1(func(context.Context) error { s.slot.release(); return nil })
+	// The runtime's own teardown (after stop) overlaps removing the
+	// scratch and the cgroups; the uid range is free once it is done.
+	s.defer1(s.reap)
 	s.defer1(func(context.Context) error { return removeScratch(s.dir) })
 	if err := step("rootfs", func() error {
-		if err := assembleRootfs(rootfs, s.dir, s.slot.ids, lim.Disk, b.weak); err != nil {
+		ns, err := b.userns(s.slot.ids)
+		if err != nil {
+			return err
+		}
+		if err := assembleRootfs(rootfs, s.dir, s.slot.ids, ns, lim.Disk, b.weak); err != nil {
 			return err
 		}
 		if rootWeakness(b.weak) {
@@ -309,20 +316,42 @@ func (s *Sandbox) create(ctx context.Context) error {
 	return nil
 }
 
-// stop kills the container and waits for the foreground runtime to reap it
-// and exit; whatever runtime state is left is deleted by force.
+// stop kills the container. Under runc/crun it returns once the agent —
+// the pid namespace's init, whose death the kernel completes only after
+// every other member is gone — is dead, leaving the foreground runtime to
+// finish its own teardown while Destroy goes on (reap waits for it);
+// otherwise it waits for the runtime to exit.
 func (s *Sandbox) stop(ctx context.Context) error {
-	if s.runtime != nil {
-		select {
-		case <-s.runtime:
-		default:
-			// The agent is the pid namespace's init: killing it ends every
-			// process in the container. Through a pidfd, so a recycled pid
-			// can never be hit; runsc's Sentry is killed by runsc.
-			if !s.killAgent() {
-				_ = s.d.run(ctx, 5*time.Second, "kill", s.id, "KILL")
+	if s.runtime == nil {
+		return nil
+	}
+	select {
+	case <-s.runtime:
+		return nil
+	default:
+	}
+	// Through pidfds, so a recycled pid can never be hit.
+	if !s.killAgent() {
+		_ = s.d.run(ctx, 5*time.Second, "kill", s.id, "KILL")
+	} else if s.agentFD >= 0 {
+		fds := []unix.PollFd{{Fd: int32(s.agentFD), Events: unix.POLLIN}}
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			if n, err := unix.Poll(fds, int(time.Until(deadline).Milliseconds())+1); n > 0 || err != nil && err != unix.EINTR {
+				return nil
 			}
 		}
+	}
+	select {
+	case <-s.runtime:
+	case <-time.After(10 * time.Second):
+	}
+	return nil
+}
+
+// reap waits for the foreground runtime to exit and deletes by force
+// whatever runtime state it left.
+func (s *Sandbox) reap(ctx context.Context) error {
+	if s.runtime != nil {
 		select {
 		case <-s.runtime:
 		case <-time.After(10 * time.Second):
