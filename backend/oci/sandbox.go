@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -270,7 +271,8 @@ func (s *Sandbox) create(ctx context.Context) error {
 		inW.Close()
 		return err
 	}
-	conn := &pipeConn{Reader: outR, Writer: inW, r: outR, w: inW}
+	// Buffered: a reply (length + body) then usually takes one read.
+	conn := &pipeConn{Reader: bufio.NewReaderSize(outR, 64<<10), Writer: inW, r: outR, w: inW}
 	s.client = agent.NewClient(conn)
 	s.defer1(func(context.Context) error { return s.client.Close() })
 	// The runtime's and the agent's stderr: a pipe drained into a capped
