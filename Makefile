@@ -18,6 +18,7 @@ deps:
 build:
 	$(GO) build -o bin/wovyr ./cmd/wovyr
 	CGO_ENABLED=0 $(GO) build -o bin/wovyr-guest ./cmd/wovyr-guest
+	CGO_ENABLED=0 $(GO) build -o bin/wovyr-egressprobe ./egress/egresstest/egressprobe
 
 demo: deps build
 	scripts/demo $(STATE)

@@ -42,7 +42,12 @@ func VMInit(ctx context.Context) error {
 		fmt.Fprintln(console, ReadyMarker)
 		return nil
 	}
-	if err := loadModules("/lib/modules", stage); err != nil {
+	if err := loadModules("/lib/modules", "load.order", stage); err != nil {
+		fmt.Fprintln(console, "wovyr-guest init:", err)
+		return err
+	}
+	vnet, err := loadNet(stage)
+	if err != nil {
 		fmt.Fprintln(console, "wovyr-guest init:", err)
 		return err
 	}
@@ -59,6 +64,10 @@ func VMInit(ctx context.Context) error {
 	stage("disks found")
 	setupErr := enterRoot(disks[SerialRoot], disks[SerialScratch])
 	stage("root mounted")
+	if setupErr == nil && vnet != nil {
+		setupErr = configureNet(*vnet)
+		stage("network configured")
+	}
 	if setupErr == nil {
 		setupErr = prepareJobCgroup()
 	}
@@ -104,10 +113,10 @@ func cmdlineValue(key string) string {
 	return ""
 }
 
-// loadModules loads dir's modules in the order load.order lists them
+// loadModules loads dir's modules in the order the file list names them
 // (dependencies first, as the image builder wrote it).
-func loadModules(dir string, stage func(string)) error {
-	f, err := os.Open(filepath.Join(dir, "load.order"))
+func loadModules(dir, list string, stage func(string)) error {
+	f, err := os.Open(filepath.Join(dir, list))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}

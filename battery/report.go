@@ -1,6 +1,7 @@
 package battery
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -9,12 +10,17 @@ import (
 	"github.com/wovyr/wovyr/cert"
 )
 
-// WriteMarkdown writes a probe × backend table of the records' outcomes:
-// PASS (probe held and its control flagged), FAIL, n/a (does not apply,
-// with the reason in the record), or blank (the row does not name that
-// backend).
+// WriteMarkdown writes a probe × configuration table of the records'
+// outcomes: PASS (probe held and its control flagged), FAIL, n/a (does not
+// apply, with the reason in the record), or blank (the row does not name
+// that backend). One column per backend and runtime — the newest record of
+// each — so a backend certified on several runtimes (container on crun and
+// on runc) gets a column per runtime, headed "container (runc)".
 func WriteMarkdown(w io.Writer, recs []cert.Record) {
-	slices.SortFunc(recs, func(a, b cert.Record) int { return strings.Compare(order(a.Backend), order(b.Backend)) })
+	recs = newestPerRuntime(recs)
+	slices.SortStableFunc(recs, func(a, b cert.Record) int {
+		return cmp.Or(strings.Compare(order(a.Backend), order(b.Backend)), strings.Compare(RuntimeName(a), RuntimeName(b)))
+	})
 	fmt.Fprintln(w, "| # | probe |"+headers(recs))
 	fmt.Fprintln(w, "|---|---|"+strings.Repeat("---|", len(recs)))
 	by := make([]map[int]cert.Outcome, len(recs))
@@ -67,11 +73,48 @@ func WriteMarkdown(w io.Writer, recs []cert.Record) {
 }
 
 func headers(recs []cert.Record) string {
+	runtimes := map[string]int{}
+	for _, r := range recs {
+		runtimes[r.Backend]++
+	}
 	var b strings.Builder
 	for _, r := range recs {
-		b.WriteString(" " + r.Backend + " |")
+		if runtimes[r.Backend] > 1 {
+			b.WriteString(" " + r.Backend + " (" + RuntimeName(r) + ") |")
+		} else {
+			b.WriteString(" " + r.Backend + " |")
+		}
 	}
 	return b.String()
+}
+
+// RuntimeName is the runtime a record was made on: the first word of its
+// runtime version ("runc" of "runc version 1.1.5+ds1").
+func RuntimeName(r cert.Record) string {
+	name, _, _ := strings.Cut(r.RuntimeVersion, " ")
+	return name
+}
+
+// newestPerRuntime keeps the newest record of each backend and runtime.
+func newestPerRuntime(recs []cert.Record) []cert.Record {
+	type key struct{ backend, runtime string }
+	newest := map[key]int{}
+	var keys []key
+	for i, r := range recs {
+		k := key{r.Backend, RuntimeName(r)}
+		j, ok := newest[k]
+		if !ok {
+			keys = append(keys, k)
+		}
+		if !ok || r.At.After(recs[j].At) {
+			newest[k] = i
+		}
+	}
+	out := make([]cert.Record, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, recs[newest[k]])
+	}
+	return out
 }
 
 // order sorts backends by strength, unknown names last.

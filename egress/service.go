@@ -104,6 +104,10 @@ func NewService(ctx context.Context, cfg Config, log *slog.Logger) (*Service, er
 	return s, nil
 }
 
+// HostNetns is the path of the namespace that plays the host (Config.HostNetns;
+// empty: the current one). The battery's positive controls join it.
+func (s *Service) HostNetns() string { return s.cfg.HostNetns }
+
 // Check reports whether this node can enforce p (see Config.Check).
 func (s *Service) Check(p netpolicy.Policy) error { return s.cfg.Check(p) }
 

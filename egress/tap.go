@@ -3,6 +3,7 @@ package egress
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"regexp"
 
 	"github.com/vishvananda/netlink"
@@ -71,3 +72,7 @@ func (s *Slot) wireTap(name string) error {
 	}
 	return nil
 }
+
+// Prefix is the sandbox's address with the slot's prefix length, as a
+// microVM guest configures it on its NIC.
+func (s *Slot) Prefix() netip.Prefix { return netip.PrefixFrom(s.table.sb, 30) }

@@ -72,6 +72,9 @@ func WriteInitramfs(dst string, o InitramfsOptions) error {
 		list.WriteString(name + "\n")
 	}
 	c.File("lib/modules/load.order", 0o644, []byte(list.String()))
+	if err := writeNetModules(c, o.ModulesDir, order); err != nil {
+		return err
+	}
 	if err := c.Close(); err != nil {
 		return fmt.Errorf("vmimage: initramfs: %w", err)
 	}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/wovyr/wovyr/cgroup"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -125,6 +127,13 @@ func (q *QEMU) Args(s *Spec) []string {
 			fd++
 		}
 	}
+	if s.NIC != nil {
+		// No script, helper, ifname or vhost: QEMU only reads and writes
+		// the descriptor it is given.
+		a = append(a, "-netdev", "tap,id=net0,fd="+strconv.Itoa(fd),
+			"-device", "virtio-net-device,netdev=net0,mac="+s.NIC.MAC.String())
+		fd++
+	}
 	return a
 }
 
@@ -185,6 +194,15 @@ func openFiles(s *Spec) (files []*os.File, ports map[string]net.Conn, err error)
 		}
 		ports[p.Name] = c
 		files = append(files, os.NewFile(uintptr(fds[1]), "wovyr-port-vmm"))
+	}
+	if s.NIC != nil {
+		// A duplicate: Start closes its copies once QEMU holds them.
+		fd, err := unix.FcntlInt(s.NIC.Tap.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("vmm: dup tap: %w", err)
+		}
+		files = append(files, os.NewFile(uintptr(fd), "wovyr-tap"))
 	}
 	return files, ports, nil
 }

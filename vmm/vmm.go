@@ -15,14 +15,18 @@
 // asked or when it outlives its caller. It does not create the per-VM
 // directory or its disks; the backend owns those.
 //
-// It refuses to start a VM with a NIC: egress enforcement for VMs is later
-// work, and a VM without one has no network path at all.
+// A VM has no NIC unless Spec.NIC hands it a tap device the caller opened
+// (package egress puts that tap inside a per-sandbox network namespace whose
+// filtering lives outside the VM); the VMM never opens, creates or
+// configures a network device itself, and a VM without one has no network
+// path at all.
 package vmm
 
 import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"regexp"
 )
 
@@ -74,6 +78,8 @@ type Spec struct {
 	Memory  int64 // guest RAM in bytes; zero: 256 MiB
 	Disks   []Disk
 	Ports   []Port
+	// NIC is the VM's one network device; nil (the default): none.
+	NIC *NIC
 	// ConsoleBytes is how much of the serial console is kept; the rest is
 	// read and dropped. Zero: 64 KiB.
 	ConsoleBytes int64
@@ -112,6 +118,27 @@ func (s *Spec) Validate() error {
 		if !portRE.MatchString(p.Name) {
 			return fmt.Errorf("vmm: port %q must match %s", p.Name, portRE)
 		}
+	}
+	if s.NIC != nil {
+		return s.NIC.validate()
+	}
+	return nil
+}
+
+// NIC is a virtio-net device on the microvm's virtio-mmio bus whose host
+// side is an already attached tap: QEMU gets a duplicate of Tap's
+// descriptor (-netdev tap,fd=N) and so needs no privilege and no path.
+type NIC struct {
+	Tap *os.File         // an open /dev/net/tun descriptor attached to a tap (IFF_TAP|IFF_NO_PI); the caller keeps and closes it
+	MAC net.HardwareAddr // the guest's address: unicast, locally administered
+}
+
+func (n *NIC) validate() error {
+	if n.Tap == nil {
+		return fmt.Errorf("vmm: a NIC needs an open tap")
+	}
+	if len(n.MAC) != 6 || n.MAC[0]&1 != 0 || n.MAC[0]&2 == 0 {
+		return fmt.Errorf("vmm: NIC MAC %s must be a unicast, locally administered 6-byte address", n.MAC)
 	}
 	return nil
 }

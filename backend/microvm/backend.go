@@ -116,12 +116,15 @@ func (b *Backend) doProbe(ctx context.Context) (*probed, error) {
 		return nil, fmt.Errorf("no accelerator boots a guest: %s", strings.Join(why, "; "))
 	}
 	features := []string{"accel=" + string(p.accel), "oneshot-block", "warm-virtio-serial", "kernel=" + im.KernelRelease}
+	if b.cfg.Network != nil {
+		features = append(features, "egress-tap")
+	}
 	p.cap = sandbox.Capability{
 		Available:  true,
 		Version:    version + "; guest " + im.KernelRelease,
 		ConfigHash: b.configHash(version, p),
 		Accel:      string(p.accel),
-		Egress:     false,
+		Egress:     b.cfg.Network != nil,
 		Features:   features,
 	}
 	if len(why) > 0 {
@@ -200,7 +203,7 @@ func (b *Backend) configHash(version string, p *probed) string {
 	h := sha256.New()
 	spec := b.spec(p, p.accel, "hash", "hash", 0)
 	spec.UID, spec.GID = b.cfg.UIDBase, b.cfg.UIDBase
-	fmt.Fprintln(h, version, p.image.Digest, p.accel, b.cfg.weak, b.cfg.SharedUser, p.uid, b.cfg.UIDBase, b.cfg.UIDCount, vmm.SandboxOpts, spec.Limits.Pids)
+	fmt.Fprintln(h, version, p.image.Digest, p.accel, b.cfg.weak, b.cfg.SharedUser, p.uid, b.cfg.UIDBase, b.cfg.UIDCount, vmm.SandboxOpts, spec.Limits.Pids, b.cfg.Network != nil)
 	if q, ok := b.cfg.VMM.(*vmm.QEMU); ok {
 		fmt.Fprintln(h, strings.Join(q.Args(spec), " "))
 	}

@@ -106,21 +106,27 @@ func Suite(b *Backend) battery.Suite {
 			return obs("tenant B reads its raw scratch device for tenant A's canary", bad, "no canary")
 		}},
 	}
-	s := battery.Suite{Target: battery.Target{Backend: b}, NotApplicable: notApplicable()}
+	s := battery.Suite{Target: battery.Target{Backend: b}, NotApplicable: notApplicable(b.cfg.Network != nil)}
 	for _, c := range checks {
-		s.Probes = append(s.Probes, battery.Probe{ID: c.id, Weakness: c.weak, Backends: []string{"microvm"},
-			Run: func(ctx context.Context, t battery.Target) battery.Observation {
-				mb, ok := t.Backend.(*Backend)
-				if !ok {
-					return battery.Observation{Observed: fmt.Sprintf("target is %T, not the microvm backend", t.Backend)}
-				}
-				if _, err := mb.probed(ctx); err != nil {
-					return battery.Observation{Observed: err.Error()}
-				}
-				return c.run(ctx, mb)
-			}})
+		s.Probes = append(s.Probes, vmProbe(c.id, c.weak, c.run))
 	}
 	return s
+}
+
+// vmProbe is a battery probe run on the target backend (or its weakened
+// copy) once it has probed.
+func vmProbe(id int, weak battery.Weakness, run func(context.Context, *Backend) battery.Observation) battery.Probe {
+	return battery.Probe{ID: id, Weakness: weak, Backends: []string{"microvm"},
+		Run: func(ctx context.Context, t battery.Target) battery.Observation {
+			mb, ok := t.Backend.(*Backend)
+			if !ok {
+				return battery.Observation{Observed: fmt.Sprintf("target is %T, not the microvm backend", t.Backend)}
+			}
+			if _, err := mb.probed(ctx); err != nil {
+				return battery.Observation{Observed: err.Error()}
+			}
+			return run(ctx, mb)
+		}}
 }
 
 func obs(tried string, bad []string, secure string) battery.Observation {
@@ -215,10 +221,15 @@ func tenantAInvocation(canary string) *sandbox.Invocation {
 		Limits: sandbox.Limits{Output: 64 << 10, Wall: time.Minute, Disk: 16 << 20}}
 }
 
-// notApplicable says why the other rows naming M do not apply.
-func notApplicable() map[int]string {
+// notApplicable says why the other rows naming M do not apply. A backend
+// with an egress service (withNet) gives VMs a NIC: its egress rows apply
+// and only EgressSuite, which has the harness, can probe them.
+func notApplicable(withNet bool) map[int]string {
 	const guest = "runs inside the guest, whose root is the tenant's by design (BATTERY.md: on M the boundary is the VMM); the host side of the VMM is probes 1, 4, 5, 6"
-	const noNIC = "a microVM has no network device (probe 6 lints the VMM argv for any NIC) and any allow rule is refused as policy-unenforceable"
+	noNIC := "a microVM has no network device (probe 6 lints the VMM argv for any NIC) and any allow rule is refused as policy-unenforceable"
+	if withNet {
+		noNIC = "a VM's only network is a tap in its egress slot, by descriptor (probe 6 lints the VMM argv): whatever the guest opens leaves through the host-side table, stub and proxy, which bound and judge it (egress rows 70-81 via EgressSuite)"
+	}
 	const noSnap = "the microvm backend has no snapshot/restore yet: every VM boots fresh and runs one invocation"
 	m := map[int]string{
 		2:  "the VMM runs in the host's namespaces by design: it holds no path to host files (probe 4), no NIC and no reachable socket (probe 6), and the guest kernel is the tenant's namespace",
@@ -232,7 +243,7 @@ func notApplicable() map[int]string {
 		44: guest,
 		45: "each VM has its own kernel and PID space; host-side, VMMs run as distinct uids (probe 49)",
 		46: "each VM has its own kernel: no IPC namespace is shared",
-		47: "each VM has its own kernel and loopback and no NIC: " + noNIC,
+		47: "each VM has its own kernel and loopback; " + noNIC,
 		48: "each VM gets a fresh scratch disk (probe 92) and the shared root disk is read-only at the VMM",
 		50: "a fork bomb exhausts only the guest (pids limit in the guest's cgroup); the VMM's host cgroup bounds its threads (probe 5)",
 		51: "the guest's cgroup OOM-kills the job (TestWarmOOMInsideGuest); guest RAM and the VMM's host cgroup bound the VM (probe 5)",
@@ -248,6 +259,11 @@ func notApplicable() map[int]string {
 	}
 	for id := 70; id <= 81; id++ {
 		m[id] = noNIC
+	}
+	if withNet {
+		for _, id := range egressRows {
+			delete(m, id) // these need the egress harness: EgressSuite
+		}
 	}
 	return m
 }

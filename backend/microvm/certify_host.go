@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -148,6 +149,11 @@ func checkLimits(proc string) []string {
 	return bad
 }
 
+var (
+	tapNetdevRE = regexp.MustCompile(`^tap,id=net0,fd=[0-9]+$`)
+	nicDeviceRE = regexp.MustCompile(`^virtio-net-device,netdev=net0,mac=[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
+)
+
 // lintArgv is probe 6: the VMM's real command line.
 func lintArgv(proc string) []string {
 	b, err := os.ReadFile(filepath.Join(proc, "cmdline"))
@@ -164,10 +170,16 @@ func lintArgv(proc string) []string {
 	}
 	for i, a := range args {
 		switch a {
-		case "-netdev", "-nic", "-net", "-monitor", "-qmp", "-gdb", "-s", "-incoming", "-virtfs", "-fsdev":
+		case "-netdev":
+			// The one NIC an egress slot gives (net.go): a tap by
+			// descriptor only, no script, helper, ifname or vhost.
+			if i+1 >= len(args) || !tapNetdevRE.MatchString(args[i+1]) {
+				bad = append(bad, "a -netdev other than a tap by descriptor")
+			}
+		case "-nic", "-net", "-monitor", "-qmp", "-gdb", "-s", "-incoming", "-virtfs", "-fsdev":
 			bad = append(bad, "has "+a)
 		}
-		if strings.Contains(a, "virtio-net") || strings.Contains(a, "vhost") {
+		if (strings.Contains(a, "virtio-net") && !nicDeviceRE.MatchString(a)) || strings.Contains(a, "vhost") {
 			bad = append(bad, "a network device: "+a)
 		}
 		if i > 0 && args[i-1] == "-chardev" && strings.HasPrefix(a, "socket") && !strings.Contains(a, ",fd=") {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/wovyr/wovyr/battery"
+	"github.com/wovyr/wovyr/egress"
+	"github.com/wovyr/wovyr/egress/egresstest"
 	"github.com/wovyr/wovyr/vmm"
 )
 
@@ -53,8 +55,13 @@ type Config struct {
 	ExtraCmdline string
 	// Logger receives lifecycle events; zero: discarded.
 	Logger *slog.Logger
+	// Network gives VMs allowlisted egress through this service: a tap in
+	// a per-sandbox egress slot (net.go). Zero: VMs have no NIC and only
+	// deny-all policies are accepted.
+	Network *egress.Service
 
 	weak battery.Weakness // a positive control's configuration (Weakened)
+	rig  *egresstest.Rig  // the egress battery's harness (battery_egress.go)
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -25,7 +25,12 @@
 // as accel=tcg. docs/adr/0006-microvm-tcg.md says what TCG means for the
 // isolation claim.
 //
-// It refuses egress: a VM has no NIC, so any allow rule is Unenforceable
-// (until the egress work gives VMs a filtered tap device). It refuses to run
-// QEMU as root, without its seccomp sandbox, or outside a cgroup.
+// Egress (net.go, ADR 0011): without Config.Network a VM has no NIC and any
+// allow rule is Unenforceable. With it, a VM that needs a network gets one
+// virtio-net device whose host side is a tap inside its own egress slot
+// (package egress), handed to QEMU as a descriptor; the guest configures it
+// from the kernel command line, and the enforcement — nftables, DNS stub,
+// SNI/Host proxy — stays on the host, out of the guest kernel's reach.
+// It refuses to run QEMU as root, without its seccomp sandbox, or outside a
+// cgroup.
 package microvm

@@ -45,6 +45,12 @@ func (s *vmSandbox) runOneShot(ctx context.Context, inv *sandbox.Invocation) (*s
 	}
 	spec := s.b.spec(s.p, s.p.accel, "vm-"+s.id, agent.ModeOneShot, l.Memory+s.b.cfg.GuestOverhead)
 	spec.UID, spec.GID = s.uid, s.gid
+	if err := s.oneShotNet(ctx, inv); err != nil {
+		return nil, err
+	}
+	if s.net != nil {
+		s.net.attach(spec)
+	}
 	spec.Disks = []vmm.Disk{
 		{Path: s.p.image.RootDisk(), Serial: agent.SerialRoot, ReadOnly: true},
 		{Path: s.scratch(), Serial: agent.SerialScratch},

@@ -45,6 +45,7 @@ type vmSandbox struct {
 	conn    net.Conn    // warm: the control port
 	readyAt time.Duration
 
+	net        *vmNet // the VM's egress slot and tap; nil: no NIC
 	uid, gid   uint32
 	releaseUID func()
 	reused     bool // the scratch disk came from a previous VM (a positive control only)
@@ -88,6 +89,15 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "scratch disk")
 	}
 	s.reused = s.weakPrepared()
+	if b.cfg.Warm && b.cfg.Network != nil {
+		// A warm VM's NIC exists from boot; its slot denies everything
+		// until Run applies the tenant's policy.
+		if s.net, err = b.newVMNet(ctx); err != nil {
+			undo()
+			return nil, err
+		}
+		cleanup = append(cleanup, func() { s.net.close(context.WithoutCancel(ctx)) })
+	}
 	if b.cfg.Warm {
 		if err := s.bootWarm(ctx); err != nil {
 			undo()
@@ -144,6 +154,12 @@ func (s *vmSandbox) Destroy(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if len(errs) == 0 {
+		// Only once the VM is gone: a slot is never handed on under a live guest.
+		if err := s.net.close(context.WithoutCancel(ctx)); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	s.weakDestroy()
 	if err := os.RemoveAll(s.dir); err != nil {
 		errs = append(errs, err)
@@ -164,12 +180,13 @@ func (b *Backend) checkInvocation(inv *sandbox.Invocation) error {
 	switch {
 	case w.Kind != sandbox.KindCommand:
 		return sandbox.Errorf(sandbox.BadInput, "workload.kind", "the microvm backend runs command workloads, not %q", w.Kind)
-	case !inv.Policy.Network.DenyAll():
-		return sandbox.Errorf(sandbox.Unenforceable, "policy.network", "a microVM has no network path yet; only deny-all egress is accepted")
 	case len(w.Collect) > 0:
 		return sandbox.Errorf(sandbox.Unenforceable, "workload.collect", "the microvm backend does not return files yet")
 	case inv.Limits.CPU > 0:
 		return sandbox.Errorf(sandbox.Unenforceable, "limits.cpu", "the microvm backend bounds CPU by the VM's quota and the wall limit, not by CPU time")
+	}
+	if err := b.CheckNetwork(inv.Policy.Network); err != nil {
+		return err
 	}
 	return checkImage(w.Image)
 }

@@ -28,6 +28,9 @@ func (s *vmSandbox) bootWarm(ctx context.Context) error {
 		{Path: s.scratch(), Serial: agent.SerialScratch},
 	}
 	spec.Ports = []vmm.Port{{Name: agent.PortControl}}
+	if s.net != nil {
+		s.net.attach(spec)
+	}
 	m, err := s.b.cfg.VMM.Start(ctx, spec)
 	if err != nil {
 		return err
@@ -72,6 +75,11 @@ func (s *vmSandbox) runWarm(ctx context.Context, inv *sandbox.Invocation) (*sand
 	}
 	if l.Disk > s.limit.Disk {
 		return nil, sandbox.Errorf(sandbox.Unenforceable, "limits.disk", "invocation needs %d bytes of disk; this warm VM has %d", l.Disk, s.limit.Disk)
+	}
+	if s.net != nil {
+		if err := s.net.apply(ctx, inv); err != nil {
+			return nil, err
+		}
 	}
 	job := vmJob(inv, l)
 	res := &sandbox.Result{ID: inv.ID, Backend: s.b.Name(), Accel: string(s.p.accel)}

@@ -22,12 +22,16 @@ const (
 	// WeakProbeSelf marks probes with no VM knob to weaken (4, 7): the
 	// probe weakens its own subject instead.
 	WeakProbeSelf battery.Weakness = "probe-self-control"
+	// WeakOpenNetwork puts the VM's NIC on the egress harness's upstream
+	// network itself, with no slot, table, stub or proxy in between (the
+	// egress rows' control, battery_egress.go).
+	WeakOpenNetwork battery.Weakness = "unfiltered-nic"
 )
 
 var weaknesses = map[battery.Weakness]bool{
 	battery.RunAsRoot: true, battery.SharedUID: true, battery.NoRlimits: true,
 	battery.NoDiskQuota: true, battery.NoOutputCap: true,
-	WeakWorldReadable: true, WeakReusedScratch: true, WeakProbeSelf: true,
+	WeakWorldReadable: true, WeakReusedScratch: true, WeakProbeSelf: true, WeakOpenNetwork: true,
 }
 
 // Weakened implements battery.Weakener: a copy of b with one weakness, for

@@ -38,7 +38,8 @@ type Backend struct {
 	nsCache map[idmap.Range]*os.File // see userns
 }
 
-// NewContainer returns the container backend: crun, runc as fallback.
+// NewContainer returns the container backend: crun, runc as fallback, or
+// the runtime Config.Runtime names.
 func NewContainer(cfg Config) (*Backend, error) {
 	return newBackend(cfg, "container", sandbox.Container, false)
 }
@@ -51,6 +52,9 @@ func NewGVisor(cfg Config) (*Backend, error) {
 func newBackend(cfg Config, name string, s sandbox.Strength, gvisor bool) (*Backend, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	if cfg.Runtime, err = cfg.checkRuntime(gvisor); err != nil {
 		return nil, err
 	}
 	b := &Backend{cfg: cfg, name: name, strength: s, gvisor: gvisor, run: runDir(cfg.StateDir)}
@@ -158,6 +162,7 @@ func (b *Backend) imagesDir() string { return filepath.Join(b.cfg.StateDir, "ima
 func (b *Backend) configHash(d *driver) string {
 	s, err := buildSpec(specParams{rootfs: "/", agent: agentPath, cgroups: "/wovyr/_pool/x",
 		ids: idmap.Range{HostUID: 1, HostGID: 1, Size: rangeSize}, limits: sandbox.Limits{}.WithDefaults(), gvisor: b.gvisor})
+	b.hashNetwork(s)
 	h := sha256.New()
 	fmt.Fprintln(h, d.name, d.version, d.flags, d.hybrid, err, "weak="+string(b.weak), "wasm-runner="+filepath.Base(b.runner))
 	if s != nil {

@@ -91,12 +91,20 @@ func rawTemplate(b *Backend, dirs []string, links map[string]string) (string, fu
 	return tmpl, remove, nil
 }
 
-// probeMountTargets is row 16: templates whose mount targets are absolute
-// symlinks to a host canary directory — /.wovyr (where the agent is
-// mounted), /dev/null and /dev/shm, /proc, /workspace. Prepare must fail or stay inside its
-// root: the host writes nothing into the canary directory.
+// probeMountTargets is row 16 (the CVE-2025-31133 family: runtimes that
+// follow a symlinked mount target or /dev/null out of the root): templates
+// whose mount targets are absolute symlinks to a host canary directory —
+// /.wovyr (where the agent is mounted), /dev/null and /dev/shm, /dev/console,
+// /proc, /workspace, and the whole /dev, /sys and /tmp. Prepare must fail or
+// stay inside its root: the host writes nothing into the canary directory.
+// wovyr's rootfs assembly refuses a non-directory at every mount target the
+// template could hold, so most variants never reach the runtime; /dev/*
+// does, under the runtime's own /dev tmpfs. (A masked path left unmasked by
+// a lost /dev/null is row 43's.) Then the runtime itself gets the /dev/null
+// symlink wovyr's spec never lets it see (devNullAttempt): a runtime that
+// follows it fails the row, whatever wovyr's own defences.
 func probeMountTargets(ctx context.Context, t battery.Target) battery.Observation {
-	obs := battery.Observation{Tried: "templates with /.wovyr, /dev/null, /dev/shm, /proc, /workspace -> host canary; Prepare each; host checks the canary dir"}
+	obs := battery.Observation{Tried: "templates with /.wovyr, /dev/null, /dev/shm, /dev/console, /proc, /workspace, /dev, /sys, /tmp -> host canary; Prepare each; host checks the canary dir; then the runtime run directly on a root whose /dev/null -> a host canary file (CVE-2025-31133)"}
 	dir, file, marker, cleanup, err := hostCanary()
 	if err != nil {
 		obs.Observed = err.Error()
@@ -107,11 +115,18 @@ func probeMountTargets(ctx context.Context, t battery.Target) battery.Observatio
 	var prep []string
 	for _, links := range []map[string]string{
 		{".wovyr": dir},
-		{"dev/null": file, "dev/shm": dir},
+		{"dev/null": file, "dev/shm": dir, "dev/console": file},
 		{"proc": dir},
 		{"workspace": dir},
+		{"dev": dir},
+		{"sys": dir},
+		{"tmp": dir},
 	} {
-		tmpl, remove, err := rawTemplate(b, []string{"etc", "dev"}, links)
+		dirs := []string{"etc"}
+		if _, ok := links["dev"]; !ok {
+			dirs = append(dirs, "dev")
+		}
+		tmpl, remove, err := rawTemplate(b, dirs, links)
 		if err != nil {
 			obs.Observed = err.Error()
 			return obs
@@ -134,6 +149,15 @@ func probeMountTargets(ctx context.Context, t battery.Target) battery.Observatio
 	got, _ := os.ReadFile(file)
 	obs.Observed = fmt.Sprintf("%q; canary dir holds %v", prep, names)
 	obs.Secure = slices.Equal(names, []string{"secret"}) && string(got) == marker
+	d, err := b.chosen(ctx)
+	if err != nil {
+		obs.Observed += "; runtime: " + err.Error()
+		obs.Secure = false
+		return obs
+	}
+	raw, held := devNullAttempt(ctx, b, d)
+	obs.Observed += "; the runtime itself, " + raw
+	obs.Secure = obs.Secure && held
 	return obs
 }
 

@@ -98,6 +98,14 @@ func Suite(b *Backend, image string) battery.Suite {
 	for id := 71; id <= 84; id++ {
 		na[id] = noNet
 	}
+	if b.egressOn() {
+		probes = append(probes, egressProbes(b)...) // battery_egress.go
+		for id := 71; id <= 84; id++ {
+			delete(na, id)
+		}
+		na[82] = egressNA82
+		slotControls(b, probes)
+	}
 	for id := 85; id <= 92; id++ {
 		na[id] = noSnap
 	}
@@ -124,7 +132,9 @@ func Suite(b *Backend, image string) battery.Suite {
 var gvisorOwnKernel = []int{10, 12, 17, 43, 45, 48, 60}
 
 func gvisorControls(b *Backend, probes []battery.Probe) {
-	c, err := NewContainer(b.cfg)
+	cfg := b.cfg
+	cfg.Runtime = ""
+	c, err := NewContainer(cfg)
 	if err != nil {
 		return // the controls then fail, and gvisor stays uncertified
 	}
@@ -418,7 +428,7 @@ func atoi(s string) int {
 // the masked/read-only kernel paths the runtime mounts over.
 func declaredMount(mp string) bool {
 	switch mp {
-	case "/", "/proc", "/dev", "/dev/pts", "/dev/shm", "/dev/mqueue", "/sys", "/sys/fs/cgroup", "/tmp", agentPath,
+	case "/", "/proc", "/dev", "/dev/pts", "/dev/shm", "/dev/mqueue", "/sys", "/sys/fs/cgroup", "/tmp", agentPath, resolvConf,
 		"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/console", "/workspace":
 		return true
 	}

@@ -7,9 +7,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
+	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/idmap"
+	"github.com/wovyr/wovyr/sandbox"
 )
 
 // Config configures a backend. It is read once, by NewContainer/NewGVisor.
@@ -30,9 +33,11 @@ type Config struct {
 	// sandbox, it runs wasm workloads inside the container or gVisor
 	// boundary. Empty: these backends accept command workloads only.
 	WasmRunner string
-	// Runtime forces one runtime binary ("crun", "runc", "runsc" or a
-	// path). Empty picks by probing: crun then runc for container, runsc
-	// for gvisor.
+	// Runtime forces one runtime binary: "crun" or "runc" for container,
+	// "runsc" for gvisor, or a path to a binary of that name. Empty (or
+	// "auto") picks by probing: crun then runc for container, runsc for
+	// gvisor. The runtime's name and version are part of the backend's
+	// certification key, so each runtime is certified on its own.
 	Runtime string
 	// Platform forces runsc's --platform. Empty probes systrap then
 	// ptrace; "kvm" is refused unless set explicitly here.
@@ -49,6 +54,17 @@ type Config struct {
 	DefaultImage string
 	// Logger receives lifecycle logs. Nil discards them.
 	Logger *slog.Logger
+	// Network, if set, gives container sandboxes allowlisted egress: each
+	// is prepared inside its own slot of this service (deny-all until Run
+	// applies the tenant's policy; see egress.go). Nil: a loopback-only
+	// network namespace and deny-all policies only. gVisor ignores it
+	// (--network=none; ADR 0009).
+	Network *egress.Service
+	// EgressProbe is the host path of a static egress probe
+	// (egress/egresstest/egressprobe, CGO_ENABLED=0) that the battery
+	// ships into container sandboxes for rows 71–84 when Network is set.
+	// Empty means "wovyr-egressprobe" next to the running executable.
+	EgressProbe string
 }
 
 const rangeSize = 65536
@@ -69,6 +85,13 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		c.Agent = filepath.Join(filepath.Dir(exe), "wovyr-guest")
 	}
+	if c.EgressProbe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return c, fmt.Errorf("oci: locate egress probe: %w", err)
+		}
+		c.EgressProbe = filepath.Join(filepath.Dir(exe), "wovyr-egressprobe")
+	}
 	if c.UIDBase == 0 {
 		c.UIDBase = 1 << 31
 	}
@@ -88,6 +111,22 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return c, nil
+}
+
+// checkRuntime validates Runtime for the container (gvisor false) or gvisor
+// backend and returns it with "auto" made empty.
+func (c Config) checkRuntime(gvisor bool) (string, error) {
+	if c.Runtime == "" || c.Runtime == "auto" {
+		return "", nil
+	}
+	allowed := []string{"crun", "runc"}
+	if gvisor {
+		allowed = []string{"runsc"}
+	}
+	if !slices.Contains(allowed, filepath.Base(c.Runtime)) {
+		return "", sandbox.Errorf(sandbox.BadInput, "runtime", "runtime %q: want auto or one of %v (or a path to one)", c.Runtime, allowed)
+	}
+	return c.Runtime, nil
 }
 
 // runDir is the root of everything this package creates under the state dir.

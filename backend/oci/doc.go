@@ -24,17 +24,18 @@
 // unprivileged host uid range, distinct per live sandbox, see slots.go) and
 // cgroup; no capabilities; no_new_privileges; moby's default seccomp profile,
 // tightened; masked and read-only kernel paths; rlimits; a network namespace
-// with loopback only. The root filesystem is the read-only template,
+// with loopback only, or the sandbox's egress slot. The root filesystem is the read-only template,
 // idmapped into the sandbox's range as an overlay lower layer, with a
 // throw-away upper layer on a size-limited tmpfs (package idmap).
 //
 // # What it refuses
 //
-// Network policies other than deny-all (Capability.Egress is false until
-// wovyr's egress enforcement covers these runtimes); wasm workloads when no
-// wasm runner is configured (Kinds is then only KindCommand); runsc's kvm
-// platform (it spins on these hosts) and runsc --rootless as root (the
-// Sentry would run as host root).
+// Allowlists on gVisor (--network=none, ADR 0009) and on a container
+// backend without Config.Network (its sandboxes then have a loopback-only
+// netns; with it, each sits in an egress slot, see egress.go); wasm
+// workloads when no wasm runner is configured (Kinds is then only
+// KindCommand); runsc's kvm platform (it spins on these hosts) and runsc
+// --rootless as root (the Sentry would run as host root).
 //
 // # The agent is inside the boundary
 //

@@ -41,7 +41,7 @@ func LintSpec(s *specs.Spec, runtimeFlags []string) []string {
 		i := slices.IndexFunc(s.Linux.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == ns })
 		if i < 0 {
 			bad = append(bad, fmt.Sprintf("no new %s namespace", ns))
-		} else if s.Linux.Namespaces[i].Path != "" {
+		} else if p := s.Linux.Namespaces[i].Path; p != "" && !(ns == specs.NetworkNamespace && slotNetns(p)) {
 			bad = append(bad, fmt.Sprintf("%s namespace joins %s", ns, s.Linux.Namespaces[i].Path))
 		}
 	}
@@ -77,7 +77,7 @@ func LintSpec(s *specs.Spec, runtimeFlags []string) []string {
 		bad = append(bad, "/proc/sys is writable")
 	}
 	for _, m := range s.Mounts {
-		if m.Type == "bind" && !(m.Destination == agentPath || m.Destination == runnerPath && slices.Contains(m.Options, "ro")) {
+		if m.Type == "bind" && m.Destination != agentPath && !slotResolv(m) && !(m.Destination == runnerPath && slices.Contains(m.Options, "ro")) {
 			bad = append(bad, fmt.Sprintf("host bind mount %s -> %s", m.Source, m.Destination))
 		}
 	}

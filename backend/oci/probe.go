@@ -52,8 +52,11 @@ func (b *Backend) Probe(ctx context.Context) sandbox.Capability {
 		if d.hybrid {
 			feats = append(feats, "crun-hybrid-workaround")
 		}
+		if b.egressOn() {
+			feats = append(feats, "egress-slot")
+		}
 		return sandbox.Capability{Available: true, Version: d.version, ConfigHash: b.configHash(d),
-			Accel: d.accel, Features: feats}
+			Accel: d.accel, Features: feats, Egress: b.egressOn()}
 	}
 	if len(why) == 0 {
 		why = []string{"no runtime candidates"}

@@ -34,8 +34,8 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	if !sandbox.Accepts(s.b, inv.Workload.Kind) {
 		return nil, sandbox.Errorf(sandbox.BadInput, "workload.kind", "%s backend does not run %s workloads (wasm needs Config.WasmRunner)", s.b.name, inv.Workload.Kind)
 	}
-	if !inv.Policy.Network.DenyAll() {
-		return nil, sandbox.Errorf(sandbox.Unenforceable, "policy.network", "%s backend enforces deny-all egress only (loopback-only network namespace)", s.b.name)
+	if err := s.b.CheckNetwork(inv.Policy.Network); err != nil {
+		return nil, err
 	}
 	if img := inv.Workload.Image; img != "" && img != s.image {
 		return nil, sandbox.Errorf(sandbox.BadInput, "workload.image", "sandbox was prepared for image %q, not %q", s.image, img)
@@ -55,6 +55,9 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	}
 	if err := s.claim(inv, lim); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s: claim %s for %s", s.b.name, s.id, inv.Tenant)
+	}
+	if err := s.applyNetwork(ctx, inv); err != nil {
+		return nil, err
 	}
 	job := agent.Job{
 		ID: res.ID, Argv: inv.Workload.Argv, Env: inv.Workload.Env, Dir: workDir,

@@ -21,6 +21,7 @@ import (
 	"github.com/wovyr/wovyr/agent"
 	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/cgroup"
+	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/image"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -35,7 +36,8 @@ type Sandbox struct {
 	image    string
 	limits   sandbox.Limits // the template's shape
 	slot     *slot
-	lock     *os.File // held while the sandbox lives (see locks.go)
+	net      *egress.Slot // nil without Config.Network (see egress.go)
+	lock     *os.File     // held while the sandbox lives (see locks.go)
 	client   *agent.Client
 	agentPID int                   // host pid of the container init (container only)
 	agentFD  int                   // pidfd of the agent, or -1
@@ -159,6 +161,9 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 	}); err != nil {
 		return nil, err
 	}
+	if err := step("network", func() error { return s.newNetwork(ctx) }); err != nil {
+		return nil, err
+	}
 	if err := step("spec", s.writeSpec); err != nil {
 		return nil, err
 	}
@@ -230,6 +235,9 @@ func (s *Sandbox) writeSpec() error {
 		if err := s.wasmMountPoints(); err != nil {
 			return err
 		}
+	}
+	if s.net != nil {
+		joinSlot(spec, s.netnsPath(), filepath.Join(s.dir, "resolv.conf"))
 	}
 	weakenSpec(spec, s.b.weak)
 	if err := s.weakFiles(spec); err != nil {

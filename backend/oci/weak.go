@@ -69,7 +69,7 @@ var weaknesses = []battery.Weakness{
 	battery.NoPidsLimit, battery.NoMemoryLimit, battery.NoDiskQuota, battery.NoDeadline, battery.NoOutputCap,
 	battery.KeepOrphans, Privileged, HostPIDAsRoot, HostDevices, Unmasked, HostBind, WritableProcSys, HostPrivileged,
 	LeakedDirFD, OpenDeviceCgroup, FollowLinks, WritableRuntimeCopy, SharedIPC, NaiveRootfs,
-	ExecHealthCheck, SuidRoot,
+	ExecHealthCheck, SuidRoot, EgressOpen, EgressHostNetns,
 }
 
 // Weakened implements battery.Weakener: a copy of b with one weakness, for

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -16,6 +17,10 @@ type globals struct {
 	stateDir string
 	logLevel slog.Level
 	guest    string // path of the static wovyr-guest binary
+	// containerRuntime is the container backend's OCI runtime: "auto"
+	// (crun, else runc), "crun", "runc" or a path. Each runtime is
+	// certified on its own (its version is in the certification key).
+	containerRuntime string
 }
 
 // defaultStateDir is /var/lib/wovyr for root, else the XDG state dir.
@@ -45,7 +50,8 @@ func defaultGuest() string {
 }
 
 func parseGlobals(args []string) (*globals, []string, error) {
-	g := &globals{stateDir: defaultStateDir(), logLevel: slog.LevelError, guest: defaultGuest()}
+	g := &globals{stateDir: defaultStateDir(), logLevel: slog.LevelError, guest: defaultGuest(),
+		containerRuntime: cmp.Or(os.Getenv("WOVYR_CONTAINER_RUNTIME"), "auto")}
 	for len(args) > 0 && strings.HasPrefix(args[0], "--") {
 		name, val, hasVal := strings.Cut(args[0], "=")
 		if name == "--help" {
@@ -63,6 +69,8 @@ func parseGlobals(args []string) (*globals, []string, error) {
 			g.stateDir = val
 		case "--guest":
 			g.guest = val
+		case "--container-runtime":
+			g.containerRuntime = val
 		case "--log-level":
 			if err := g.logLevel.UnmarshalText([]byte(val)); err != nil {
 				return nil, nil, fmt.Errorf("--log-level: %w", err)
@@ -70,6 +78,9 @@ func parseGlobals(args []string) (*globals, []string, error) {
 		default:
 			return nil, nil, errors.New("unknown global flag " + name)
 		}
+	}
+	if r := filepath.Base(g.containerRuntime); g.containerRuntime != "auto" && r != "crun" && r != "runc" {
+		return nil, nil, fmt.Errorf("--container-runtime (or WOVYR_CONTAINER_RUNTIME) %q: want auto, crun, runc or a path to one", g.containerRuntime)
 	}
 	return g, args, nil
 }

@@ -65,7 +65,7 @@ const exitCodesHelp = `Exit codes:
 `
 
 func usage(w io.Writer) {
-	fmt.Fprintf(w, "usage: wovyr [--state-dir DIR] [--log-level LEVEL] COMMAND [ARGS]\n\nCommands:\n")
+	fmt.Fprintf(w, "usage: wovyr [--state-dir DIR] [--log-level LEVEL] [--guest PATH] [--container-runtime auto|crun|runc] COMMAND [ARGS]\n\nCommands:\n")
 	cmds := commands()
 	sort.Slice(cmds, func(i, j int) bool { return cmds[i].name < cmds[j].name })
 	for _, c := range cmds {

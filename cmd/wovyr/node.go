@@ -75,8 +75,16 @@ func newNode(g *globals, log *slog.Logger, network *egress.Service) (*node, erro
 	}
 	n.backends = []sandbox.Backend{n.native, n.wasm}
 	ocfg := oci.Config{StateDir: g.stateDir, Agent: g.guest, Logger: n.log}
-	for _, mk := range []func(oci.Config) (*oci.Backend, error){oci.NewContainer, oci.NewGVisor} {
-		b, err := mk(ocfg)
+	ccfg := ocfg
+	ccfg.Runtime = g.containerRuntime
+	for _, mk := range []func() (*oci.Backend, error){
+		func() (*oci.Backend, error) { return oci.NewContainer(ccfg) },
+		func() (*oci.Backend, error) { return oci.NewGVisor(ocfg) },
+	} {
+		b, err := mk()
+		if sandbox.ClassOf(err) == sandbox.BadInput {
+			return nil, fmt.Errorf("--container-runtime: %w", err)
+		}
 		if err != nil {
 			n.log.Warn("backend not constructed", "err", err)
 			continue

@@ -35,7 +35,7 @@ const ProbeEnv = "WOVYR_EGRESS_PROBE"
 // upstream server and got the expected answer.
 type Check struct {
 	ID    string `json:"id"`
-	Kind  string `json:"kind"` // tcp tcp6 udp icmp http tls proxy connect fetch dns spoof tamper-nocap
+	Kind  string `json:"kind"` // tcp tcp6 udp icmp http tls proxy connect fetch dns spoof tamper tamper-nocap
 	Addr  string `json:"addr,omitempty"`
 	Host  string `json:"host,omitempty"`
 	SNI   string `json:"sni,omitempty"`
@@ -52,6 +52,11 @@ type ProbeSpec struct {
 	CA     []byte     `json:"ca"`
 	DNS    string     `json:"dns"` // the resolver fetch uses (the gateway)
 	Child  *ProbeSpec `json:"child,omitempty"`
+	// Timeout is how long a check waits for a connect or an answer (a
+	// dropped packet costs all of it); zero means denyTimeout. A slow
+	// sandbox — an emulated (TCG) guest on a loaded host — needs more for
+	// its allowed checks to finish at all.
+	Timeout time.Duration `json:"timeout,omitempty"`
 }
 
 // Outcome is one check's result.
@@ -85,6 +90,10 @@ func RunProbe(specJSON string) int {
 	// Checks of one phase run concurrently (a dropped connect costs a full
 	// timeout, so this keeps the timeout generous and the run short);
 	// phases run in ascending order, for checks that depend on earlier ones.
+	timeout := spec.Timeout
+	if timeout <= 0 {
+		timeout = denyTimeout
+	}
 	rep := Report{Outcomes: make([]Outcome, len(spec.Checks))}
 	phases := map[int][]int{}
 	var order []int
@@ -100,7 +109,7 @@ func RunProbe(specJSON string) int {
 		for _, i := range phases[ph] {
 			wg.Go(func() {
 				c := spec.Checks[i]
-				ok, detail := runCheck(c, pool, spec.DNS)
+				ok, detail := runCheck(c, pool, spec.DNS, timeout)
 				rep.Outcomes[i] = Outcome{ID: c.ID, OK: ok, Detail: detail}
 			})
 		}
@@ -121,9 +130,9 @@ func RunProbe(specJSON string) int {
 	return 0
 }
 
-func runCheck(c Check, pool *x509.CertPool, resolver string) (bool, string) {
-	d := net.Dialer{Timeout: denyTimeout}
-	deadline := func(cn net.Conn) { _ = cn.SetDeadline(time.Now().Add(2 * time.Second)) }
+func runCheck(c Check, pool *x509.CertPool, resolver string, timeout time.Duration) (bool, string) {
+	d := net.Dialer{Timeout: timeout}
+	deadline := func(cn net.Conn) { _ = cn.SetDeadline(time.Now().Add(timeout + 500*time.Millisecond)) }
 	switch c.Kind {
 	case "tcp", "tcp6":
 		if c.From != "" {
@@ -156,7 +165,7 @@ func runCheck(c Check, pool *x509.CertPool, resolver string) (bool, string) {
 		if _, err := pc.WriteTo(msg, &net.IPAddr{IP: net.ParseIP(c.Addr)}); err != nil {
 			return false, err.Error()
 		}
-		_ = pc.SetReadDeadline(time.Now().Add(denyTimeout))
+		_ = pc.SetReadDeadline(time.Now().Add(timeout))
 		buf := make([]byte, 1500)
 		for {
 			n, from, err := pc.ReadFrom(buf)
@@ -173,7 +182,7 @@ func runCheck(c Check, pool *x509.CertPool, resolver string) (bool, string) {
 			return false, err.Error()
 		}
 		defer cn.Close()
-		_ = cn.SetDeadline(time.Now().Add(denyTimeout))
+		_ = cn.SetDeadline(time.Now().Add(timeout))
 		_, _ = cn.Write([]byte("ping"))
 		buf := make([]byte, 512)
 		n, err := cn.Read(buf)
@@ -242,8 +251,8 @@ func runCheck(c Check, pool *x509.CertPool, resolver string) (bool, string) {
 		r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return d.DialContext(ctx, "udp4", resolver)
 		}}
-		tr := &http.Transport{DialContext: (&net.Dialer{Timeout: denyTimeout, Resolver: r}).DialContext, Proxy: nil}
-		cl := &http.Client{Transport: tr, Timeout: 3 * time.Second}
+		tr := &http.Transport{DialContext: (&net.Dialer{Timeout: timeout, Resolver: r}).DialContext, Proxy: nil}
+		cl := &http.Client{Transport: tr, Timeout: 2 * timeout}
 		resp, err := cl.Get(c.Host)
 		if err != nil {
 			return false, err.Error()
@@ -252,7 +261,7 @@ func runCheck(c Check, pool *x509.CertPool, resolver string) (bool, string) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode == 200, resp.Status + " " + string(b)
 	case "dns":
-		cl := &dns.Client{Net: c.Net, Timeout: 2 * time.Second}
+		cl := &dns.Client{Net: c.Net, Timeout: timeout + 500*time.Millisecond}
 		m := new(dns.Msg)
 		qt := dns.TypeA
 		if c.QType != "" {
@@ -279,7 +288,19 @@ func runCheck(c Check, pool *x509.CertPool, resolver string) (bool, string) {
 		if err := netlink.AddrAdd(eth, a); err != nil {
 			return false, "addr add: " + err.Error()
 		}
-		return runCheck(Check{Kind: "tcp", Addr: c.Addr, From: c.From}, pool, resolver)
+		return runCheck(Check{Kind: "tcp", Addr: c.Addr, From: c.From}, pool, resolver, timeout)
+	case "tamper":
+		// The workload, with whatever capabilities it was given, adds an
+		// address to eth0 (a container's root: none over a host-owned netns).
+		eth, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return false, err.Error()
+		}
+		a, _ := netlink.ParseAddr("10.213.0.78/32")
+		if err := netlink.AddrAdd(eth, a); err != nil {
+			return false, "addr add: " + err.Error()
+		}
+		return true, "address added to eth0"
 	case "tamper-nocap":
 		// A thread without capabilities (what every wovyr sandbox is) tries
 		// to add an address to eth0.

@@ -1,10 +1,13 @@
 package egresstest
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/wovyr/wovyr/netpolicy"
+	"github.com/wovyr/wovyr/sandbox"
 )
 
 // Row is one line of a truth table: a check and whether it must succeed.
@@ -191,4 +194,27 @@ func TruthTable(gw, peer string) []Row {
 		rows[i].C.Phase = phase(rows[i].C)
 	}
 	return rows
+}
+
+// TableSpec is the probe spec that runs rows, then ChildRows(rows) in a
+// re-executed child; gw is the slot's gateway (the resolver fetch uses).
+func TableSpec(rows []Row, ca []byte, gw string) ProbeSpec {
+	spec := ProbeSpec{Checks: Checks(rows), CA: ca, DNS: gw + ":53"}
+	child := spec
+	child.Checks = Checks(ChildRows(rows))
+	spec.Child = &child
+	return spec
+}
+
+// ParseReport checks that a probe invocation ended normally and decodes
+// its report.
+func ParseReport(res *sandbox.Result) (Report, error) {
+	var rep Report
+	if res.Class != sandbox.OK || res.ExitCode != 0 {
+		return rep, fmt.Errorf("probe: class %q exit %d %s: %.400s", res.Class, res.ExitCode, res.Error, res.Stderr)
+	}
+	if err := json.Unmarshal(res.Stdout, &rep); err != nil {
+		return rep, fmt.Errorf("probe report: %w: %.300s %.300s", err, res.Stdout, res.Stderr)
+	}
+	return rep, nil
 }

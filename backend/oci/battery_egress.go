@@ -1,0 +1,262 @@
+package oci
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/wovyr/wovyr/battery"
+	"github.com/wovyr/wovyr/egress"
+	"github.com/wovyr/wovyr/egress/egresstest"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// The egress rows (BATTERY 71–84) for a container backend with an egress
+// service. They run the truth table every backend shares
+// (egresstest.TruthTable, the native backend's rows) once per configuration,
+// inside a container sandbox, against a rig of its own: a stand-in host
+// namespace and an upstream namespace with the allowed/denied servers, a
+// recording DNS server and fake metadata (nothing leaves the machine). The
+// backend's own egress service is not used: a copy of the backend is wired
+// to a service on the rig. Each row judges its checks from that one run,
+// together with every check that must succeed (so a run that reached
+// nothing cannot pass).
+//
+// The probe is a static binary (egress/egresstest/egressprobe) shipped into
+// the sandbox as a workload file: Config.EgressProbe.
+
+// egressRows maps a battery row to the check-ID prefixes it judges.
+var egressRows = map[int][]string{
+	71: {"71-"}, 72: {"72-"}, 73: {"73-"}, 74: {"74-"}, 75: {"75-"}, 76: {"76-"}, 77: {"77-"},
+	78: {"70-"}, 79: {"79-"}, 80: {"80-"}, 81: {"81-"}, 83: {"83-"}, 84: nil,
+}
+
+// egressControls is each row's positive control.
+var egressControls = map[int]battery.Weakness{
+	71: EgressOpen, 72: EgressOpen, 73: EgressOpen, 74: EgressOpen, 75: EgressHostNetns, 76: EgressOpen,
+	77: EgressOpen, 78: EgressOpen, 79: EgressOpen, 80: EgressOpen, 81: EgressOpen, 83: HostPrivileged, 84: EgressOpen,
+}
+
+// egressNA is why row 82 does not apply once a sandbox has a slot.
+const egressNA82 = "AF_UNIX sockets in a container reach only its own mount namespace (row 10 finds no host socket in it) and abstract ones only its own slot's network namespace, which holds nothing else"
+
+// slotOwnedRows are rows whose attack the slot itself defeats whatever the
+// weakness: its netns belongs to the host's user namespace, so no
+// capability in the container's reaches it (a net sysctl write, setns into
+// it). Their positive controls run on a copy of the backend without a slot
+// (a netns of the container's own, as before egress), which shows the probe
+// detects the weakness where it can exist; the record names the control's
+// configuration.
+var slotOwnedRows = []int{12, 27}
+
+func slotControls(b *Backend, probes []battery.Probe) {
+	plain := b.withNetwork(nil)
+	for i := range probes {
+		if slices.Contains(slotOwnedRows, probes[i].ID) && probes[i].ControlOn == nil {
+			probes[i].ControlOn = plain
+		}
+	}
+}
+
+// egressTag names the battery's rig and service (distinct from the tests').
+const egressTag = "bat"
+
+// tableRows are the truth table plus what only a container adds: tampering
+// with the workload's own capabilities (native's workload is root in its
+// slot, so the shared table checks a capability-less thread instead).
+func tableRows(gw, peer string) []egresstest.Row {
+	rows := egresstest.TruthTable(gw, peer)
+	return append(rows, egresstest.Row{C: egresstest.Check{ID: "83-tamper-own-caps", Kind: "tamper", Phase: 6}, Want: false})
+}
+
+// egressRun is one configuration's run of the table.
+type egressRun struct {
+	rows    []egresstest.Row
+	rep     egresstest.Report
+	canary  []string // canary queries the rig's DNS server saw
+	err     error
+	summary string
+}
+
+// egressProbes returns rows 71–84 for b, sharing one run per weakness.
+func egressProbes(b *Backend) []battery.Probe {
+	var mu sync.Mutex
+	runs := map[battery.Weakness]*egressRun{}
+	get := func(ctx context.Context, t battery.Target) *egressRun {
+		tb, ok := t.Backend.(*Backend)
+		if !ok {
+			return &egressRun{err: errors.New("not an OCI backend")}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if r := runs[tb.weak]; r != nil {
+			return r
+		}
+		r := runEgressTable(ctx, tb, t.Image)
+		runs[tb.weak] = r
+		return r
+	}
+	var out []battery.Probe
+	for _, id := range slices.Sorted(func(yield func(int) bool) {
+		for id := range egressRows {
+			if !yield(id) {
+				return
+			}
+		}
+	}) {
+		prefixes := egressRows[id]
+		out = append(out, battery.Probe{ID: id, Weakness: egressControls[id], Backends: []string{b.name},
+			Run: func(ctx context.Context, t battery.Target) battery.Observation {
+				r := get(ctx, t)
+				obs := battery.Observation{Tried: "egress truth table in a container sandbox bound to the tenant allowlist, against an isolated rig; " + r.summary}
+				if r.err != nil {
+					obs.Observed = r.err.Error()
+					return obs
+				}
+				obs.Observed, obs.Secure = judgeEgress(id, prefixes, r)
+				return obs
+			}})
+	}
+	return out
+}
+
+// judgeEgress: the row's checks (row 84: the re-executed child's whole
+// table; 76 and 77: also the rig's DNS log) came out as the table says, and
+// every check that must succeed did. The observation lists the row's wrong
+// checks first, so a control shows that the row itself broke.
+func judgeEgress(id int, prefixes []string, r *egressRun) (string, bool) {
+	var row, allowed []string
+	for i, rw := range r.rows {
+		o := r.rep.Outcomes[i]
+		if o.OK == rw.Want {
+			continue
+		}
+		d := fmt.Sprintf("%s ok=%v (%.80s)", rw.C.ID, o.OK, strings.TrimSpace(o.Detail))
+		switch {
+		case slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(rw.C.ID, p) }):
+			row = append(row, d)
+		case rw.Want:
+			allowed = append(allowed, d)
+		}
+	}
+	switch id {
+	case 76, 77:
+		if len(r.canary) > 0 {
+			row = append(row, fmt.Sprintf("the rig's DNS server saw the canary: %v", r.canary))
+		}
+	case 84:
+		crows := egresstest.ChildRows(r.rows)
+		if r.rep.Child == nil || len(r.rep.Child.Outcomes) != len(crows) {
+			row = append(row, "no report from the re-executed child: "+r.rep.ChildErr)
+			break
+		}
+		for i, rw := range crows {
+			if o := r.rep.Child.Outcomes[i]; o.OK != rw.Want {
+				row = append(row, fmt.Sprintf("child %s ok=%v", rw.C.ID, o.OK))
+			}
+		}
+	}
+	if len(row)+len(allowed) == 0 {
+		return fmt.Sprintf("all %d checks as the policy says", len(r.rows)), true
+	}
+	return fmt.Sprintf("%d of the row's checks wrong: %s; %d allowed checks failed: %s",
+		len(row), strings.Join(row, "; "), len(allowed), strings.Join(allowed, "; ")), false
+}
+
+// runEgressTable builds a rig and a service on it, prepares two sandboxes
+// of a copy of tb wired to that service (one as the other tenant), runs the
+// table in one with the truth table's policy, and tears it all down.
+func runEgressTable(ctx context.Context, tb *Backend, img string) (r *egressRun) {
+	r = &egressRun{}
+	probe, err := os.ReadFile(tb.cfg.EgressProbe)
+	if err != nil {
+		r.err = fmt.Errorf("egress probe binary (build egress/egresstest/egressprobe with CGO_ENABLED=0): %w", err)
+		return r
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	rig, err := egresstest.New(ctx, egressTag)
+	if err != nil {
+		r.err = fmt.Errorf("egress rig: %w", err)
+		return r
+	}
+	cfg := rig.Config()
+	var svc *egress.Service
+	defer func() {
+		var errs []error
+		if svc != nil {
+			errs = append(errs, svc.Close(context.WithoutCancel(ctx)))
+		}
+		errs = append(errs, rig.Close())
+		if err := errors.Join(errs...); err != nil && r.err == nil {
+			r.err = fmt.Errorf("egress rig teardown: %w", err)
+		}
+	}()
+	if err := egress.Reconcile(ctx, cfg, nil); err != nil {
+		r.err = err
+		return r
+	}
+	if svc, err = egress.NewService(ctx, cfg, slog.New(slog.DiscardHandler)); err != nil {
+		r.err = err
+		return r
+	}
+	c := tb.withNetwork(svc)
+	tmpl := sandbox.Template{Kind: sandbox.KindCommand, Image: img, Limits: sandbox.Limits{Pids: 512, Disk: 64 << 20}}
+	var sbs []*Sandbox
+	defer func() {
+		for _, s := range sbs {
+			_ = s.Destroy(context.WithoutCancel(ctx))
+		}
+	}()
+	for range 2 {
+		sb, err := c.Prepare(ctx, tmpl)
+		if err != nil {
+			r.err = err
+			return r
+		}
+		sbs = append(sbs, sb.(*Sandbox))
+	}
+	sb, peer := sbs[0], sbs[1]
+	gw := sb.net.Gateway().String()
+	r.rows = tableRows(gw, peer.net.Addr().String())
+	js, err := json.Marshal(egresstest.TableSpec(r.rows, rig.CAPEM, gw))
+	if err != nil {
+		r.err = err
+		return r
+	}
+	r.summary = fmt.Sprintf("%d checks, slot %s, rig %s", len(r.rows), sb.net.Addr(), filepath.Base(rig.HostNetns))
+	res, err := sb.Run(ctx, &sandbox.Invocation{
+		ID: "battery-egress-" + sb.id, Tenant: "wovyr-battery",
+		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Image: img, Argv: []string{workDir + "/egressprobe"},
+			Env:   []string{egresstest.ProbeEnv + "=" + string(js)},
+			Files: []sandbox.File{{Path: "egressprobe", Data: probe, Mode: 0o755}}},
+		Limits: sandbox.Limits{Wall: 2 * time.Minute, Pids: 512, Disk: 64 << 20},
+		Policy: sandbox.Policy{Trust: sandbox.Trusted, Network: egresstest.TenantPolicy},
+	})
+	if err != nil {
+		r.err = err
+		return r
+	}
+	if r.rep, err = egresstest.ParseReport(res); err != nil {
+		r.err = err
+		return r
+	}
+	if len(r.rep.Outcomes) != len(r.rows) {
+		r.err = fmt.Errorf("probe report has %d outcomes for %d checks", len(r.rep.Outcomes), len(r.rows))
+		return r
+	}
+	for _, q := range rig.Queries() {
+		if strings.Contains(q, egresstest.Canary) {
+			r.canary = append(r.canary, q)
+		}
+	}
+	return r
+}

@@ -1,0 +1,175 @@
+package oci
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/wovyr/wovyr/battery"
+	"github.com/wovyr/wovyr/egress"
+	"github.com/wovyr/wovyr/egress/netns"
+	"github.com/wovyr/wovyr/netpolicy"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// Egress for the container backend (issue 9).
+//
+// With Config.Network, Prepare creates an egress slot per sandbox (a netns
+// with one veth to the host, deny-all host-side table) and the container
+// joins it by path instead of getting a fresh loopback-only netns; Run binds
+// the slot to the tenant's policy (Slot.Apply) before the job is sent, and
+// Destroy closes it after the container is gone. The slot's netns is owned
+// by the host's user namespace, so the container's root — unprivileged, no
+// capabilities, in its own user namespace — can change nothing in it (no
+// links, addresses, routes or nft rules): everything that enforces the
+// policy is on the host side anyway.
+//
+// # Why /sys is a tmpfs in a slot
+//
+// sysfs belongs to a network namespace: mounting it needs CAP_SYS_ADMIN
+// over the netns's owning user namespace, which the container never has
+// over a host-owned slot. The runtimes then fall back to bind-mounting the
+// host's /sys (read-only), which would show the host's devices and
+// interfaces. A sandbox in a slot gets an empty, small tmpfs at /sys
+// instead (cgroupfs still mounts below it).
+//
+// gVisor keeps --network=none and refuses allowlists (ADR 0009).
+
+// resolvConf is the in-sandbox resolver file bound from the sandbox's dir.
+const resolvConf = "/etc/resolv.conf"
+
+// egressOn reports whether b's sandboxes are prepared inside egress slots.
+func (b *Backend) egressOn() bool { return b.cfg.Network != nil && !b.gvisor }
+
+// CheckNetwork implements sandbox.NetworkChecker: a typed error for a
+// policy this backend cannot enforce, before anything is claimed.
+func (b *Backend) CheckNetwork(p netpolicy.Policy) error {
+	switch {
+	case p.DenyAll():
+		return nil
+	case b.gvisor:
+		return sandbox.Errorf(sandbox.Unenforceable, "policy.network",
+			"gvisor backend runs with --network=none and enforces deny-all egress only (ADR 0009)")
+	case b.cfg.Network == nil:
+		return sandbox.Errorf(sandbox.Unenforceable, "policy.network",
+			"%s backend without an egress service enforces deny-all egress only (loopback-only network namespace)", b.name)
+	}
+	return b.cfg.Network.Check(p)
+}
+
+// newNetwork gives the sandbox its egress slot (Prepare; deny-all until
+// Run) and writes the resolv.conf naming the slot's stub.
+func (s *Sandbox) newNetwork(ctx context.Context) error {
+	if !s.b.egressOn() {
+		return nil
+	}
+	sl, err := s.b.cfg.Network.NewSlot(ctx)
+	if err != nil {
+		return err
+	}
+	s.net = sl
+	s.defer1(func(ctx context.Context) error { return sl.Close(ctx) })
+	return os.WriteFile(filepath.Join(s.dir, "resolv.conf"), sl.ResolvConf(), 0o444)
+}
+
+// applyNetwork binds the slot to inv's tenant and policy (claim time). A
+// deny-all policy is applied too: Apply also verifies the slot is clean.
+func (s *Sandbox) applyNetwork(ctx context.Context, inv *sandbox.Invocation) error {
+	if s.net == nil {
+		return nil
+	}
+	p := inv.Policy.Network
+	if s.b.weak == EgressOpen {
+		p = openPolicy // positive control: the tenant's allowlist is ignored
+	}
+	return s.net.Apply(ctx, egress.Binding{Tenant: inv.Tenant, Invocation: inv.ID, Policy: p})
+}
+
+// joinSlot points spec at the slot's netns (by path), binds resolv (a host
+// file) read-only at /etc/resolv.conf and replaces sysfs by a tmpfs.
+func joinSlot(spec *specs.Spec, netnsPath, resolv string) {
+	for i, n := range spec.Linux.Namespaces {
+		if n.Type == specs.NetworkNamespace {
+			spec.Linux.Namespaces[i].Path = netnsPath
+		}
+	}
+	for i, m := range spec.Mounts {
+		if m.Destination == "/sys" && m.Type == "sysfs" {
+			spec.Mounts[i] = specs.Mount{Destination: "/sys", Type: "tmpfs", Source: "tmpfs",
+				Options: []string{"nosuid", "noexec", "nodev", "mode=755", "size=64k"}}
+		}
+	}
+	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: resolvConf, Type: "bind", Source: resolv,
+		Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+}
+
+// slotNetns and slotResolv report whether a spec's network namespace path
+// and a bind mount are what joinSlot writes (LintSpec accepts only these).
+func slotNetns(path string) bool {
+	return filepath.Dir(path) == netns.Dir && strings.HasPrefix(filepath.Base(path), "wovyr-")
+}
+
+func slotResolv(m specs.Mount) bool {
+	return m.Type == "bind" && m.Destination == resolvConf && filepath.Base(m.Source) == "resolv.conf" &&
+		slices.Contains(m.Options, "ro")
+}
+
+// hashNetwork adds the egress wiring to a config hash's spec.
+func (b *Backend) hashNetwork(spec *specs.Spec) {
+	if spec != nil && b.egressOn() {
+		joinSlot(spec, netns.Path("wovyr-slot"), "/resolv.conf")
+	}
+}
+
+// Weaknesses of the egress wiring, for the battery's positive controls.
+const (
+	// EgressOpen: the slot is bound to openPolicy instead of the tenant's
+	// allowlist (every port the rows use, metadata named explicitly, every
+	// name the rig serves).
+	EgressOpen battery.Weakness = "egress-open"
+	// EgressHostNetns: the container joins the egress service's host
+	// namespace instead of its slot (no host-side table in the way).
+	EgressHostNetns battery.Weakness = "egress-host-netns"
+)
+
+// openPolicy is EgressOpen's policy.
+var openPolicy = func() netpolicy.Policy {
+	tcp := []uint16{22, 53, 80, 443, 853, 3129, 7001, 7002, 9000}
+	names := []uint16{80, 443, 9000}
+	p := netpolicy.Policy{Allow: []netpolicy.Rule{
+		{CIDR: "0.0.0.0/0", Ports: tcp},
+		{CIDR: "0.0.0.0/0", Ports: []uint16{53, 7003}, Protocol: "udp"}, // udp/443 is never valid
+		{CIDR: "169.254.169.254/32", Ports: tcp},
+		{CIDR: "100.100.100.200/32", Ports: tcp},
+	}}
+	for _, h := range []string{"allowed.test", "other.test", "front.test", "meta.test", "host.test", "rebind.test",
+		"wild.test", "*.wild.test", "evilwild.test", "*.evil.test", "xn--wild-9oa.test", "*.exfil.test"} {
+		p.Allow = append(p.Allow, netpolicy.Rule{Host: h, Ports: names})
+	}
+	return p
+}()
+
+// netnsPath is the network namespace the sandbox's spec joins.
+func (s *Sandbox) netnsPath() string {
+	if s.b.weak == EgressHostNetns {
+		if h := s.b.cfg.Network.HostNetns(); h != "" {
+			return h
+		}
+		return "/proc/1/ns/net"
+	}
+	return s.net.NetnsPath()
+}
+
+// withNetwork is a copy of b (weakness included) whose sandboxes use svc.
+func (b *Backend) withNetwork(svc *egress.Service) *Backend {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	cfg := b.cfg
+	cfg.Network = svc
+	return &Backend{cfg: cfg, name: b.name, strength: b.strength, gvisor: b.gvisor,
+		agent: b.agent, run: b.run, driver: b.driver, weak: b.weak}
+}

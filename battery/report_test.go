@@ -1,0 +1,38 @@
+package battery
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wovyr/wovyr/cert"
+)
+
+// TestWriteMarkdownRuntimes: a backend certified on two runtimes gets a
+// column per runtime (its newest record of each), a backend on one runtime
+// a plain column.
+func TestWriteMarkdownRuntimes(t *testing.T) {
+	at := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	rec := func(backend, version string, at time.Time, pass bool) cert.Record {
+		return cert.Record{Key: cert.Key{Backend: backend, RuntimeVersion: version, Kernel: "k", ConfigHash: "h"}, At: at,
+			Passed: pass, Outcomes: []cert.Outcome{{ID: 19, Name: "CVE-2024-21626", Applies: true, Pass: pass, ControlFlagged: true}}}
+	}
+	var buf bytes.Buffer
+	WriteMarkdown(&buf, []cert.Record{
+		rec("gvisor", "runsc version 0.0~20240729.0", at, true),
+		rec("container", "runc version 1.1.5+ds1", at, false),
+		rec("container", "runc version 1.1.5+ds1", at.Add(time.Hour), true),
+		rec("container", "crun version 1.8.1", at, true),
+	})
+	out := buf.String()
+	if want := "| # | probe | container (crun) | container (runc) | gvisor |\n"; !strings.HasPrefix(out, want) {
+		t.Fatalf("header: got %q, want prefix %q", strings.SplitN(out, "\n", 2)[0], want)
+	}
+	if want := "| 19 | CVE-2024-21626 | PASS | PASS | PASS |\n"; !strings.Contains(out, want) {
+		t.Errorf("row 19: want %q (the newest runc record) in\n%s", want, out)
+	}
+	if n := strings.Count(out, "- **container**"); n != 2 {
+		t.Errorf("%d container summaries, want 2 (one per runtime)", n)
+	}
+}
