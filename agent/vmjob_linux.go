@@ -22,7 +22,7 @@ const jobCgroup = "/sys/fs/cgroup/wovyr-job"
 
 // oneShot reads the job from the job disk, runs it and writes the reply to
 // the result disk, synced, so the host finds it once the VM is gone.
-func oneShot(ctx context.Context, jobDev, resultDev string, setupErr error) error {
+func oneShot(ctx context.Context, jobDev, resultDev string, setupErr error, stage func(string)) error {
 	var job VMJob
 	jf, err := os.Open(jobDev)
 	if err != nil {
@@ -33,12 +33,14 @@ func oneShot(ctx context.Context, jobDev, resultDev string, setupErr error) erro
 		err = ReadDiskFrame(jf, size, &job)
 	}
 	jf.Close()
+	stage("job read")
 	var rep VMReply
 	if err != nil {
 		rep = VMReply{Setup: fmt.Sprintf("read job disk: %v", err)}
 	} else {
-		rep = runVMJob(ctx, job, setupErr)
+		rep = runVMJob(ctx, job, setupErr, &jobCgroupState{})
 	}
+	stage(fmt.Sprintf("job ran (wall %v)", rep.Wall))
 	b, err := json.Marshal(rep)
 	if err != nil {
 		return err
@@ -62,7 +64,9 @@ func oneShot(ctx context.Context, jobDev, resultDev string, setupErr error) erro
 	if _, err := rf.WriteAt(frame, 0); err != nil {
 		return err
 	}
-	return rf.Sync()
+	err = rf.Sync()
+	stage("result written")
+	return err
 }
 
 // serveWarm answers jobs on the control port until the host hangs up.
@@ -76,6 +80,7 @@ func serveWarm(ctx context.Context, setupErr error) error {
 		return err
 	}
 	defer port.Close()
+	var cg jobCgroupState
 	for {
 		var job VMJob
 		if err := ReadFrame(port, &job); err != nil {
@@ -91,7 +96,7 @@ func serveWarm(ctx context.Context, setupErr error) error {
 				rep.Setup = setupErr.Error()
 			}
 		} else {
-			rep = runVMJob(ctx, job, setupErr)
+			rep = runVMJob(ctx, job, setupErr, &cg)
 		}
 		if err := WriteFrame(port, rep); err != nil {
 			return err
@@ -120,14 +125,14 @@ func findPort(name string, limit time.Duration) (string, error) {
 }
 
 // runVMJob applies the job's limits with a cgroup inside the VM and runs it.
-func runVMJob(ctx context.Context, job VMJob, setupErr error) VMReply {
+func runVMJob(ctx context.Context, job VMJob, setupErr error, cg *jobCgroupState) VMReply {
 	rep := VMReply{Boot: uptime()}
 	rep.ID = job.ID
 	if setupErr != nil {
 		rep.Setup = setupErr.Error()
 		return rep
 	}
-	if err := enterJobCgroup(job); err != nil {
+	if err := cg.enter(job); err != nil {
 		rep.Setup = err.Error()
 		return rep
 	}
@@ -161,34 +166,56 @@ func prepareJobCgroup() error {
 	return nil
 }
 
-// enterJobCgroup sets the job's limits on its cgroup and moves the agent
-// itself into it, so the job's processes start inside. The agent's later
+// jobCgroupState is what the agent last wrote to the job cgroup. Under
+// TCG every cgroup write is slow, and moving the agent costs an RCU grace
+// period, so a warm VM writes a limit only when it changes and moves the
+// agent once.
+type jobCgroupState struct {
+	entered      bool
+	memory, pids int64 // the limits written; 0: none yet
+}
+
+// enter sets the job's limits on its cgroup and moves the agent itself
+// into it, so the job's processes start inside. The agent's later
 // allocations (the capped output buffers) are charged there too, hence the
 // headroom; the VM's RAM and the host cgroup around QEMU remain the outer
 // bound.
-func enterJobCgroup(job VMJob) error {
+func (c *jobCgroupState) enter(job VMJob) error {
 	if job.Memory == 0 && job.Pids == 0 {
 		return nil
 	}
-	if _, err := os.Stat(jobCgroup); err != nil {
-		return fmt.Errorf("job cgroup: %w", err)
+	if !c.entered {
+		if _, err := os.Stat(jobCgroup); err != nil {
+			return fmt.Errorf("job cgroup: %w", err)
+		}
 	}
 	if job.Memory > 0 {
 		limit := job.Memory + 2*job.Output + 16<<20
-		if err := os.WriteFile(jobCgroup+"/memory.max", []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
-			return fmt.Errorf("memory.max: %w", err)
+		if limit != c.memory {
+			if err := os.WriteFile(jobCgroup+"/memory.max", []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
+				return fmt.Errorf("memory.max: %w", err)
+			}
+			if c.memory == 0 {
+				_ = os.WriteFile(jobCgroup+"/memory.swap.max", []byte("0"), 0)
+			}
+			c.memory = limit
 		}
-		_ = os.WriteFile(jobCgroup+"/memory.swap.max", []byte("0"), 0)
 	}
 	if job.Pids > 0 {
 		tasks, _ := os.ReadDir("/proc/self/task")
-		limit := job.Pids + len(tasks) + 8 // the agent's own threads
-		if err := os.WriteFile(jobCgroup+"/pids.max", []byte(strconv.Itoa(limit)), 0); err != nil {
-			return fmt.Errorf("pids.max: %w", err)
+		limit := int64(job.Pids + len(tasks) + 8) // the agent's own threads
+		if limit != c.pids {
+			if err := os.WriteFile(jobCgroup+"/pids.max", []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
+				return fmt.Errorf("pids.max: %w", err)
+			}
+			c.pids = limit
 		}
 	}
-	if err := os.WriteFile(jobCgroup+"/cgroup.procs", []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
-		return fmt.Errorf("enter job cgroup: %w", err)
+	if !c.entered {
+		if err := os.WriteFile(jobCgroup+"/cgroup.procs", []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+			return fmt.Errorf("enter job cgroup: %w", err)
+		}
+		c.entered = true
 	}
 	return nil
 }

@@ -28,7 +28,7 @@ func loadNet(stage func(string)) (*VMNet, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := loadModules("/lib/modules", NetModuleList, stage); err != nil {
+	if err := loadModules("/lib/modules", NetModuleList, nil, stage); err != nil {
 		return nil, err
 	}
 	return &n, nil

@@ -23,6 +23,14 @@
 // be smaller, but would add a second driver and tool for a gain that does
 // not matter for a disk that is only read.
 //
+// # Why the modules are rewritten
+//
+// Under TCG, loading the guest's modules was the largest part of wovyr's
+// own boot work. The builder strips each module's signature and hides its
+// BTF and ORC sections (module.go), which the kernel would otherwise
+// verify, parse, relocate and sort at every boot; the guest kernel ends up
+// tainted, which a throw-away guest does not mind.
+//
 // The package refuses to guess: a missing kernel, module or tool is an
 // error naming it, never a silently smaller image.
 package vmimage

@@ -7,13 +7,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
 // GuestModules are the modules a wovyr guest loads, by name, in no
 // particular order (dependencies are resolved from modules.dep). The Debian
 // kernel builds all of them as modules; crc32c_generic is ext4's soft
-// dependency (metadata checksums), which modules.dep does not list.
+// dependency (ext4 allocates a crc32c driver at every mount, checksums or
+// not), which modules.dep does not list.
 var GuestModules = []string{
 	"virtio_mmio", "virtio_blk", "virtio_console", "crc32c_generic", "ext4", "overlay",
 }
@@ -68,7 +70,11 @@ func WriteInitramfs(dst string, o InitramfsOptions) error {
 			return fmt.Errorf("vmimage: module: %w", err)
 		}
 		name := filepath.Base(rel)
-		c.File("lib/modules/"+name, 0o644, stripSignature(b))
+		b = stripSignature(b)
+		if slim, err := slimModule(b); err == nil {
+			b = slim
+		}
+		c.File("lib/modules/"+name, 0o644, b)
 		list.WriteString(name + "\n")
 	}
 	c.File("lib/modules/load.order", 0o644, []byte(list.String()))
@@ -79,6 +85,31 @@ func WriteInitramfs(dst string, o InitramfsOptions) error {
 		return fmt.Errorf("vmimage: initramfs: %w", err)
 	}
 	return writeFileAtomic(dst, buf.Bytes(), 0o644)
+}
+
+// writeModules adds the modules of order (files relative to modulesDir) but
+// those in skip to lib/modules, signatures stripped and slimmed, and their
+// load order as the file list.
+func writeModules(c *cpioWriter, modulesDir string, order, skip []string, list string) error {
+	var names strings.Builder
+	for _, rel := range order {
+		if slices.Contains(skip, rel) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(modulesDir, rel))
+		if err != nil {
+			return fmt.Errorf("vmimage: module: %w", err)
+		}
+		name := filepath.Base(rel)
+		b = stripSignature(b)
+		if slim, err := slimModule(b); err == nil {
+			b = slim
+		}
+		c.File("lib/modules/"+name, 0o644, b)
+		names.WriteString(name + "\n")
+	}
+	c.File("lib/modules/"+list, 0o644, []byte(names.String()))
+	return nil
 }
 
 // ResolveModules returns the module files (relative to modulesDir) that

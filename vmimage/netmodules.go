@@ -1,13 +1,5 @@
 package vmimage
 
-import (
-	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
-	"strings"
-)
-
 // NetModules is the NIC driver of a guest whose VM has a network device
 // (an egress-enabled microVM): virtio_net, whose dependencies (net_failover,
 // failover) modules.dep supplies. The Debian kernel builds all of them as
@@ -27,19 +19,5 @@ func writeNetModules(c *cpioWriter, modulesDir string, base []string) error {
 	if err != nil {
 		return err
 	}
-	var list strings.Builder
-	for _, rel := range order {
-		if slices.Contains(base, rel) {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(modulesDir, rel))
-		if err != nil {
-			return fmt.Errorf("vmimage: module: %w", err)
-		}
-		name := filepath.Base(rel)
-		c.File("lib/modules/"+name, 0o644, stripSignature(b))
-		list.WriteString(name + "\n")
-	}
-	c.File("lib/modules/"+NetModuleList, 0o644, []byte(list.String()))
-	return nil
+	return writeModules(c, modulesDir, order, base, NetModuleList)
 }

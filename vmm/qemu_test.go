@@ -47,7 +47,7 @@ func TestArgsAreHardened(t *testing.T) {
 	a := q.Args(s)
 	joined := strings.Join(a, " ")
 	for _, want := range []string{"-nodefaults", "-no-user-config", "-sandbox " + vmm.SandboxOpts,
-		"file=/dev/fdset/1,format=raw,if=none,discard=ignore,readonly=on", "file=/dev/fdset/2,format=raw,if=none,discard=ignore,readonly=off",
+		"file=/dev/fdset/1,format=raw,if=none,discard=ignore,cache=unsafe,readonly=on", "file=/dev/fdset/2,format=raw,if=none,discard=ignore,cache=unsafe,readonly=off",
 		"-kernel /proc/self/fd/3", "socket,id=p0,fd=7"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("args lack %q: %s", want, joined)

@@ -54,9 +54,11 @@ func (s *vmSandbox) bootWarm(ctx context.Context) error {
 	}
 	// Warm the guest up with a no-op exec before any tenant: the first exec
 	// pays for translating the kernel's exec path and paging in the root
-	// disk (hundreds of ms under TCG). Its outcome does not matter.
+	// disk, and the first job with limits for moving the agent into the
+	// job cgroup (hundreds of ms under TCG). It runs with the template's
+	// limits, as a tenant's job would. Its outcome does not matter.
 	var warmRep agent.VMReply
-	warmJob := agent.VMJob{Job: agent.Job{ID: "warmup", Argv: []string{"true"}, Dir: agent.GuestWorkDir, Output: 1 << 10}}
+	warmJob := vmJob(&sandbox.Invocation{ID: "warmup", Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: []string{"true"}}}, s.limit)
 	if err := roundTrip(conn, deadline, warmJob, &warmRep, 1<<20); err != nil {
 		m.Kill()
 		return sandbox.Wrap(sandbox.BackendFailure, err, "warm VM %s failed its warm-up job", s.id)

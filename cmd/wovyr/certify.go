@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/wovyr/wovyr/backend/microvm"
 	"github.com/wovyr/wovyr/backend/native"
@@ -13,6 +14,8 @@ import (
 	"github.com/wovyr/wovyr/backend/wasm"
 	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/cert"
+	"github.com/wovyr/wovyr/config"
+	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/store"
 )
 
@@ -23,12 +26,21 @@ func certifyMain(ctx context.Context, g *globals, args []string) int {
 	only := fs.String("backend", "", "certify only this backend (default: every available one)")
 	jsonOut := fs.Bool("json", false, "print the records as JSON")
 	markdown := fs.String("markdown", "", "also write the probe × backend table of every stored record to this file")
+	configFile := fs.String("config", "", "certify the backends as `serve --config` this file builds them (with egress.enabled: allowlisted egress and the egress rows)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	n, code := mustNode(g)
-	if n == nil {
+	network, code := certifyNetwork(ctx, g, *configFile)
+	if code != 0 {
 		return code
+	}
+	if network != nil {
+		defer network.Close(context.WithoutCancel(ctx))
+	}
+	n, err := openNodeWith(g, network)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wovyr:", err)
+		return exitBackendFailure
 	}
 	defer n.Close()
 	guest, cleanup, err := battery.StageGuest(g.guest)
@@ -37,7 +49,11 @@ func certifyMain(ctx context.Context, g *globals, args []string) int {
 		return exitBackendFailure
 	}
 	defer cleanup()
-	suites := n.suites(guest)
+	suites, err := n.suites(guest)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wovyr:", err)
+		return exitBackendFailure
+	}
 	if *only != "" {
 		if _, ok := n.mgr.Backend(*only); !ok {
 			fmt.Fprintf(os.Stderr, "wovyr: unknown backend %q\n", *only)
@@ -110,16 +126,54 @@ func verdict(r cert.Record) string {
 }
 
 // suites returns the battery suite of each backend on this node.
-func (n *node) suites(guest string) map[string]battery.Suite {
+// With egress (n.network), the microVM suite adds the egress rows, whose static probe
+// (wovyr-egressprobe, next to the executable like the container backend's
+// default) goes into the guest; the container suite adds them by itself.
+func (n *node) suites(guest string) (map[string]battery.Suite, error) {
 	suites := map[string]battery.Suite{
 		"native":  native.Suite(n.native, guest),
 		"wasm":    wasm.Suite(n.wasm),
 		"microvm": microvm.Suite(n.microvm),
 	}
+	if n.network != nil {
+		probe, err := os.ReadFile(egressProbePath())
+		if err != nil {
+			return nil, fmt.Errorf("the egress rows need the static egress probe: %w", err)
+		}
+		suites["microvm"] = microvm.EgressSuite(n.microvm, probe)
+	}
 	for _, b := range n.oci {
 		suites[b.Name()] = oci.Suite(b, "")
 	}
-	return suites
+	return suites, nil
+}
+
+// egressProbePath is wovyr-egressprobe next to the running executable.
+func egressProbePath() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "wovyr-egressprobe"
+	}
+	return filepath.Join(filepath.Dir(exe), "wovyr-egressprobe")
+}
+
+// certifyNetwork starts the egress service the config file enables, as
+// serve does, so that the records certify the daemon's configuration.
+func certifyNetwork(ctx context.Context, g *globals, file string) (*egress.Service, int) {
+	if file == "" {
+		return nil, 0
+	}
+	cfg, err := config.Load(file)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wovyr:", err)
+		return nil, exitBadInput
+	}
+	network, err := startEgress(ctx, cfg.Egress, g.logger())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wovyr:", err)
+		return nil, exitBackendFailure
+	}
+	return network, 0
 }
 
 // writeBatteryReport writes docs/BATTERY.md-style output from every stored

@@ -29,6 +29,7 @@ type node struct {
 	wasm     *wasm.Backend
 	oci      []*oci.Backend // container (crun/runc) and gvisor (runsc)
 	microvm  *microvm.Backend
+	network  *egress.Service // allowlisted egress, or nil: none
 	backends []sandbox.Backend
 	mgr      *manager.Manager
 }
@@ -36,7 +37,13 @@ type node struct {
 // openNode constructs every backend and a manager that sees the current
 // certifications (a snapshot; the store is not held open).
 func openNode(g *globals) (*node, error) {
-	n, err := newNode(g, g.logger(), nil)
+	return openNodeWith(g, nil)
+}
+
+// openNodeWith is openNode with an egress service (the daemon's
+// configuration, for certify --config).
+func openNodeWith(g *globals, network *egress.Service) (*node, error) {
+	n, err := newNode(g, g.logger(), nodeOptions{network: network})
 	if err != nil {
 		return nil, err
 	}
@@ -48,11 +55,25 @@ func openNode(g *globals) (*node, error) {
 	return n, err
 }
 
-// newNode constructs every backend, without a manager. network, if not
-// nil, gives the native backend allowlisted egress (the daemon's); without
-// it native sandboxes have no network at all.
-func newNode(g *globals, log *slog.Logger, network *egress.Service) (*node, error) {
-	n := &node{g: g, log: log}
+// nodeOptions are what the daemon builds differently from a one-shot
+// command.
+type nodeOptions struct {
+	// network, if not nil, gives the native, container and microvm
+	// backends allowlisted egress (the daemon's); without it their
+	// sandboxes have no network at all. gVisor refuses allowlists either
+	// way (ADR 0009).
+	network *egress.Service
+	// warmVMs makes microVM Prepare boot the VM, so that pooled VMs answer
+	// over their control channel; one-shot commands boot per invocation
+	// instead (the block-device protocol). Both modes share a
+	// certification: the battery runs both.
+	warmVMs bool
+}
+
+// newNode constructs every backend, without a manager.
+func newNode(g *globals, log *slog.Logger, o nodeOptions) (*node, error) {
+	network := o.network
+	n := &node{g: g, log: log, network: network}
 	// 0711: sandbox uids traverse it to their workspaces; what lies below
 	// is private to each owner.
 	if err := os.MkdirAll(g.stateDir, 0o711); err != nil {
@@ -74,7 +95,7 @@ func newNode(g *globals, log *slog.Logger, network *egress.Service) (*node, erro
 		return nil, err
 	}
 	n.backends = []sandbox.Backend{n.native, n.wasm}
-	ocfg := oci.Config{StateDir: g.stateDir, Agent: g.guest, Logger: n.log}
+	ocfg := oci.Config{StateDir: g.stateDir, Agent: g.guest, Logger: n.log, Network: network}
 	ccfg := ocfg
 	ccfg.Runtime = g.containerRuntime
 	for _, mk := range []func() (*oci.Backend, error){
@@ -92,7 +113,7 @@ func newNode(g *globals, log *slog.Logger, network *egress.Service) (*node, erro
 		n.oci = append(n.oci, b)
 		n.backends = append(n.backends, b)
 	}
-	if n.microvm, err = microvm.New(microvm.Config{StateDir: g.stateDir, Logger: n.log}); err != nil {
+	if n.microvm, err = microvm.New(microvm.Config{StateDir: g.stateDir, Logger: n.log, Network: network, Warm: o.warmVMs}); err != nil {
 		return nil, err
 	}
 	n.backends = append(n.backends, n.microvm)

@@ -87,7 +87,7 @@ func (c *serveCmd) run(ctx context.Context, g *globals) error {
 	if network != nil {
 		defer network.Close(context.WithoutCancel(ctx))
 	}
-	n, err := newNode(g, log, network)
+	n, err := newNode(g, log, nodeOptions{network: network, warmVMs: true})
 	if err != nil {
 		return err
 	}
@@ -152,7 +152,11 @@ func (n *node) certifyOne(ctx context.Context, backend string) (cert.Record, err
 		return cert.Record{}, fmt.Errorf("the battery needs the static wovyr-guest binary (--guest or WOVYR_GUEST): %w", err)
 	}
 	defer cleanup()
-	suite, ok := n.suites(guest)[backend]
+	suites, err := n.suites(guest)
+	if err != nil {
+		return cert.Record{}, err
+	}
+	suite, ok := suites[backend]
 	if !ok {
 		return cert.Record{}, fmt.Errorf("%s: no battery suite yet", backend)
 	}
