@@ -1,8 +1,10 @@
 package oci
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -23,6 +25,7 @@ type Backend struct {
 	strength sandbox.Strength
 	gvisor   bool
 	agent    string // our read-only copy of wovyr-guest
+	runner   string // our read-only copy of the static wasm runner, or ""
 	run      string // runDir(cfg.StateDir)
 
 	// weak is set only on copies made by Weakened (positive controls).
@@ -30,6 +33,9 @@ type Backend struct {
 
 	mu     sync.Mutex
 	driver *driver // chosen by the first successful probe
+
+	nsMu    sync.Mutex
+	nsCache map[idmap.Range]*os.File // see userns
 }
 
 // NewContainer returns the container backend: crun, runc as fallback, or
@@ -63,8 +69,13 @@ func newBackend(cfg Config, name string, s sandbox.Strength, gvisor bool) (*Back
 	if err := searchable(cfg.StateDir); err != nil {
 		return nil, err
 	}
-	if b.agent, err = installAgent(cfg.Agent, filepath.Join(b.run, "bin")); err != nil {
-		return nil, err
+	if b.agent, err = installBinary(cfg.Agent, filepath.Join(b.run, "bin"), "wovyr-guest"); err != nil {
+		return nil, fmt.Errorf("oci: agent binary (build cmd/wovyr-guest with CGO_ENABLED=0): %w", err)
+	}
+	if cfg.WasmRunner != "" {
+		if b.runner, err = installBinary(cfg.WasmRunner, filepath.Join(b.run, "bin"), "wovyr-wasm"); err != nil {
+			return nil, fmt.Errorf("oci: wasm runner (a static build of cmd/wovyr): %w", err)
+		}
 	}
 	return b, nil
 }
@@ -86,23 +97,30 @@ func searchable(dir string) error {
 	}
 }
 
-// installAgent copies the agent into dir under its content hash (so a
-// running sandbox's binary is never replaced underneath it) and returns the
-// copy's path.
-func installAgent(src, dir string) (string, error) {
+// installBinary copies the static binary src into dir under its content
+// hash (so a running sandbox's binary is never replaced underneath it) and
+// returns the copy's path. A dynamically linked binary is refused: the
+// sandbox's root filesystem is the tenant's template, not the host's libc.
+func installBinary(src, dir, name string) (string, error) {
 	b, err := os.ReadFile(src)
 	if err != nil {
-		return "", fmt.Errorf("oci: agent binary (build cmd/wovyr-guest with CGO_ENABLED=0): %w", err)
+		return "", err
 	}
-	if len(b) < 4 || string(b[:4]) != "\x7fELF" {
-		return "", fmt.Errorf("oci: agent %s is not an ELF binary", src)
+	f, err := elf.NewFile(bytes.NewReader(b))
+	if err != nil {
+		return "", fmt.Errorf("%s is not an ELF binary: %w", src, err)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return "", fmt.Errorf("%s is dynamically linked; sandboxes need a static binary", src)
+		}
 	}
 	sum := sha256.Sum256(b)
-	dst := filepath.Join(dir, "wovyr-guest-"+hex.EncodeToString(sum[:8]))
+	dst := filepath.Join(dir, name+"-"+hex.EncodeToString(sum[:8]))
 	if _, err := os.Stat(dst); err == nil {
 		return dst, nil
 	}
-	tmp, err := os.CreateTemp(dir, ".agent-")
+	tmp, err := os.CreateTemp(dir, ".install-")
 	if err != nil {
 		return "", err
 	}
@@ -127,14 +145,10 @@ func (b *Backend) Name() string { return b.name }
 // Strength implements sandbox.Backend.
 func (b *Backend) Strength() sandbox.Strength { return b.strength }
 
-// wasmSeam marks where wasm workloads join: once wovyr's wasm runner
-// subcommand exists, Kinds adds KindWasm and Run sends the module plus
-// ["wasm-runner", …] argv to the agent. Until then wasm is not accepted.
-const wasmSeam = false
-
-// Kinds implements sandbox.Backend.
+// Kinds implements sandbox.Backend: wasm modules run through the static
+// wasm runner (Config.WasmRunner) inside the sandbox, when there is one.
 func (b *Backend) Kinds() []sandbox.WorkloadKind {
-	if wasmSeam {
+	if b.runner != "" {
 		return []sandbox.WorkloadKind{sandbox.KindCommand, sandbox.KindWasm}
 	}
 	return []sandbox.WorkloadKind{sandbox.KindCommand}
@@ -150,7 +164,7 @@ func (b *Backend) configHash(d *driver) string {
 		ids: idmap.Range{HostUID: 1, HostGID: 1, Size: rangeSize}, limits: sandbox.Limits{}.WithDefaults(), gvisor: b.gvisor})
 	b.hashNetwork(s)
 	h := sha256.New()
-	fmt.Fprintln(h, d.name, d.version, d.flags, d.hybrid, err, "weak="+string(b.weak))
+	fmt.Fprintln(h, d.name, d.version, d.flags, d.hybrid, err, "weak="+string(b.weak), "wasm-runner="+filepath.Base(b.runner))
 	if s != nil {
 		s.Linux.UIDMappings, s.Linux.GIDMappings = nil, nil
 		_ = json.NewEncoder(h).Encode(s)

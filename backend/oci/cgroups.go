@@ -3,14 +3,21 @@ package oci
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wovyr/wovyr/cgroup"
 )
 
 // The runtimes create the sandbox's own cgroups (linux.cgroupsPath) in every
@@ -68,6 +75,28 @@ func cgroupProcs(rel string) []int {
 	return out
 }
 
+// treeProcs lists the processes in rel and its descendants, across
+// hierarchies.
+func treeProcs(rel string) []int {
+	var out []int
+	for _, d := range cgroupDirs(rel) {
+		_ = filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
+			if err != nil || !e.IsDir() {
+				return nil
+			}
+			b, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+			for _, f := range strings.Fields(string(b)) {
+				if n, err := strconv.Atoi(f); err == nil {
+					out = append(out, n)
+				}
+			}
+			return nil
+		})
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // removeCgroup kills every process in rel (in any hierarchy) and removes
 // rel and its descendants everywhere, then rel's parent if it became empty
 // (a tenant or pool directory). ctx bounds the wait for processes to die.
@@ -77,7 +106,7 @@ func removeCgroup(ctx context.Context, rel string) error {
 		deadline = d
 	}
 	for {
-		pids := cgroupProcs(rel)
+		pids := treeProcs(rel)
 		if len(pids) == 0 {
 			break
 		}
@@ -126,4 +155,113 @@ func rmdirTree(d string, deadline time.Time) error {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// adopt opens the sandbox's own cgroup — the one the runtime made under
+// the pool at Prepare — in the controllers wovyr limits and accounts with.
+// A runtime that left a controller out gets the processes moved there now,
+// at Prepare, so that claim never has to move a process.
+func adopt(rel string) (*cgroup.Group, error) {
+	g, err := cgroup.New(rel, cgroup.Limits{})
+	if err != nil {
+		return nil, err
+	}
+	pids := cgroupProcs(rel)
+	for _, d := range g.Dirs() {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil {
+			return nil, err
+		}
+		in := strings.Fields(string(b))
+		for _, p := range pids {
+			if slices.Contains(in, strconv.Itoa(p)) {
+				continue
+			}
+			if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(p)), 0); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return nil, fmt.Errorf("cgroup: add %d to %s: %w", p, d, err)
+			}
+		}
+	}
+	return g, nil
+}
+
+// setLimits writes lim into g. On v1 the memory+swap limit must never be
+// below the memory limit, so it is written on both sides of it: the first
+// write succeeds when raising, the second when lowering. No swap: past the
+// limit a workload must die, not page.
+func setLimits(g *cgroup.Group, lim cgroup.Limits) error {
+	memsw := ""
+	if !g.V2Group() && lim.Memory > 0 {
+		memsw = filepath.Join(memoryDir(g), "memory.memsw.limit_in_bytes")
+		_ = os.WriteFile(memsw, []byte(strconv.FormatInt(lim.Memory, 10)), 0)
+	}
+	if err := g.SetLimits(lim); err != nil {
+		return err
+	}
+	if memsw != "" {
+		_ = os.WriteFile(memsw, []byte(strconv.FormatInt(lim.Memory, 10)), 0)
+	}
+	return nil
+}
+
+// resetUsage restarts g's peak-memory high-water mark (v1; v2 has no reset)
+// and returns its counters now, which usage subtracts.
+func resetUsage(g *cgroup.Group) cgroup.Stats {
+	if !g.V2Group() {
+		_ = os.WriteFile(filepath.Join(memoryDir(g), "memory.max_usage_in_bytes"), []byte("0"), 0)
+	}
+	return g.Usage()
+}
+
+// usageSince is g's usage since base (resetUsage's answer).
+func usageSince(g *cgroup.Group, base cgroup.Stats) cgroup.Stats {
+	u := g.Usage()
+	u.CPU -= base.CPU
+	u.OOMKills -= base.OOMKills
+	return u
+}
+
+func memoryDir(g *cgroup.Group) string {
+	for _, d := range g.Dirs() {
+		if filepath.Base(strings.TrimSuffix(d, "/"+g.Path())) == "memory" {
+			return d
+		}
+	}
+	return g.Dirs()[0]
+}
+
+// watchOOM counts the OOM events of the v1 memory cgroup dir and its
+// descendants: cgroup.event_control signals an eventfd each time the
+// kernel handles an OOM there. The kill itself is counted only in the
+// victim's own cgroup (v1 does not propagate oom_kill), which the runtime
+// may already have removed by the time the host looks (runsc does when its
+// Sentry is killed), so the sandbox's cgroup keeps its own count.
+func watchOOM(dir string) (int, error) {
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return -1, fmt.Errorf("oom eventfd: %w", err)
+	}
+	ofd, err := unix.Open(filepath.Join(dir, "memory.oom_control"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(efd)
+		return -1, err
+	}
+	defer unix.Close(ofd)
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.event_control"), []byte(fmt.Sprintf("%d %d", efd, ofd)), 0); err != nil {
+		unix.Close(efd)
+		return -1, fmt.Errorf("oom notification: %w", err)
+	}
+	return efd, nil
+}
+
+// oomEvents reads (and resets) the count watchOOM's eventfd holds.
+func oomEvents(efd int) int {
+	var b [8]byte
+	if efd < 0 {
+		return 0
+	}
+	if n, err := unix.Read(efd, b[:]); err != nil || n != 8 {
+		return 0
+	}
+	return int(binary.NativeEndian.Uint64(b[:]))
 }

@@ -27,6 +27,12 @@ type Config struct {
 	// every sandbox as its init. Empty means "wovyr-guest" next to the
 	// running executable.
 	Agent string
+	// WasmRunner is the path of a static build of the wovyr binary (cgo,
+	// linked with -extldflags -static: its `wasm-exec` subcommand embeds
+	// Wasmtime). Copied like Agent and bind-mounted read-only into every
+	// sandbox, it runs wasm workloads inside the container or gVisor
+	// boundary. Empty: these backends accept command workloads only.
+	WasmRunner string
 	// Runtime forces one runtime binary: "crun" or "runc" for container,
 	// "runsc" for gvisor, or a path to a binary of that name. Empty (or
 	// "auto") picks by probing: crun then runc for container, runsc for

@@ -5,11 +5,20 @@
 //
 // A sandbox is a started container whose init is wovyr's static job agent
 // (package agent, binary wovyr-guest), bind-mounted read-only into an
-// otherwise unchanged template. Prepare builds and starts it tenant-neutrally
-// under /wovyr/_pool/<id>; Run claims it for a tenant: it moves the
-// container's processes into /wovyr/<tenant>/<id>, applies that invocation's
-// limits there and with prlimit on the agent, then sends the job over the
-// agent's stdio pipes. A sandbox runs one invocation and is then destroyed.
+// otherwise unchanged template. Prepare makes the sandbox's own cgroup
+// /wovyr/_pool/<id> and starts the container tenant-neutrally in the
+// runtime's cgroup below it (…/<id>/runtime, the template's limits); Run
+// claims it for a tenant: it writes that invocation's limits into
+// /wovyr/_pool/<id> and with prlimit on the agent, then sends the job over
+// the agent's stdio pipes. No process changes cgroup at claim (a cgroup v1
+// migration waits for an RCU grace period); the tenant is the sandbox's,
+// recorded with its result, and its usage is read from its own cgroup, which
+// outlives the runtime's. A sandbox runs one invocation and is then destroyed.
+//
+// Wasm workloads run through the static wasm runner (`wovyr wasm-exec`,
+// Config.WasmRunner), bind-mounted read-only like the agent: the wasm
+// backend's own limits (fuel, linear memory, deadline) inside the
+// container's or gVisor's (wasm.go).
 //
 // Hardening, in the spec: every namespace including user (sandbox root is an
 // unprivileged host uid range, distinct per live sandbox, see slots.go) and
@@ -23,9 +32,9 @@
 //
 // Allowlists on gVisor (--network=none, ADR 0009) and on a container
 // backend without Config.Network (its sandboxes then have a loopback-only
-// netns; with it, each sits in an egress slot, see egress.go); wasm workloads (Kinds
-// is only KindCommand until the wasm runner subcommand exists — see
-// wasmSeam); runsc's kvm platform (it spins on these hosts) and runsc
+// netns; with it, each sits in an egress slot, see egress.go); wasm
+// workloads when no wasm runner is configured (Kinds is then only
+// KindCommand); runsc's kvm platform (it spins on these hosts) and runsc
 // --rootless as root (the Sentry would run as host root).
 //
 // # The agent is inside the boundary

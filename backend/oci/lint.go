@@ -77,7 +77,7 @@ func LintSpec(s *specs.Spec, runtimeFlags []string) []string {
 		bad = append(bad, "/proc/sys is writable")
 	}
 	for _, m := range s.Mounts {
-		if m.Type == "bind" && m.Destination != agentPath && !slotResolv(m) {
+		if m.Type == "bind" && m.Destination != agentPath && !slotResolv(m) && !(m.Destination == runnerPath && slices.Contains(m.Options, "ro")) {
 			bad = append(bad, fmt.Sprintf("host bind mount %s -> %s", m.Source, m.Destination))
 		}
 	}

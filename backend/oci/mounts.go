@@ -19,7 +19,7 @@ import (
 // assembleRootfs builds dir/rootfs: the template, idmapped into ids as a
 // read-only overlay lower layer, under a throw-away upper layer on a tmpfs
 // of disk bytes (DESIGN §5's recipe). dir must exist.
-func assembleRootfs(template, dir string, ids idmap.Range, disk int64, weak battery.Weakness) (err error) {
+func assembleRootfs(template, dir string, ids idmap.Range, ns *os.File, disk int64, weak battery.Weakness) (err error) {
 	naive := weak == NaiveRootfs
 	flags, idflags := uintptr(unix.MS_NOSUID|unix.MS_NODEV), uint64(idmap.ReadOnly|idmap.NoSuid|idmap.NoDev)
 	if weak == SuidRoot {
@@ -45,11 +45,6 @@ func assembleRootfs(template, dir string, ids idmap.Range, disk int64, weak batt
 	if err := os.Chown(data, int(ids.HostUID), int(ids.HostGID)); err != nil {
 		return err
 	}
-	ns, err := idmap.Userns(ids)
-	if err != nil {
-		return err
-	}
-	defer ns.Close()
 	if err := idmap.Mount(template, lower, ns, idflags); err != nil {
 		return err
 	}
@@ -78,6 +73,26 @@ func assembleRootfs(template, dir string, ids idmap.Range, disk int64, weak batt
 		}
 	}
 	return os.Chown(filepath.Join(merged, workDir), int(ids.HostUID), int(ids.HostGID))
+}
+
+// userns returns a user namespace mapping ids, made once per range and kept
+// while the backend lives (one descriptor per uid slot): an idmapped mount
+// needs one, and making it forks and execs a holder process (~1–3 ms).
+func (b *Backend) userns(ids idmap.Range) (*os.File, error) {
+	b.nsMu.Lock()
+	defer b.nsMu.Unlock()
+	if f, ok := b.nsCache[ids]; ok {
+		return f, nil
+	}
+	f, err := idmap.Userns(ids)
+	if err != nil {
+		return nil, err
+	}
+	if b.nsCache == nil {
+		b.nsCache = map[idmap.Range]*os.File{}
+	}
+	b.nsCache[ids] = f
+	return f, nil
 }
 
 // agentMountPoint creates /.wovyr/agent in the merged root. naive (the

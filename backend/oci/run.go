@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -30,8 +31,8 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	if err := inv.Validate(); err != nil {
 		return nil, err
 	}
-	if inv.Workload.Kind != sandbox.KindCommand {
-		return nil, sandbox.Errorf(sandbox.BadInput, "workload.kind", "%s backend runs command workloads only; wasm at this strength needs the wasm runner (not wired yet)", s.b.name)
+	if !sandbox.Accepts(s.b, inv.Workload.Kind) {
+		return nil, sandbox.Errorf(sandbox.BadInput, "workload.kind", "%s backend does not run %s workloads (wasm needs Config.WasmRunner)", s.b.name, inv.Workload.Kind)
 	}
 	if err := s.b.CheckNetwork(inv.Policy.Network); err != nil {
 		return nil, err
@@ -74,6 +75,12 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	for _, f := range inv.Workload.Files {
 		job.Files = append(job.Files, agent.File{Path: f.Path, Data: f.Data, Mode: f.Mode})
 	}
+	wasm := inv.Workload.Kind == sandbox.KindWasm
+	if wasm {
+		if err := s.wasmJob(inv, lim, &job); err != nil {
+			return nil, err
+		}
+	}
 
 	hostCtx, cancel := context.WithTimeout(ctx, lim.Wall+hostGrace)
 	defer cancel()
@@ -84,7 +91,8 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	// Usage and limits are judged from the host's own measurements: the
 	// reply comes from inside the sandbox and is only believed about what
 	// the workload controls anyway (exit status, output).
-	st := s.tenant.Stats()
+	st := usageSince(s.tenant, s.base)
+	st.OOMKills = max(st.OOMKills, oomEvents(s.oomFD))
 	hostWall := res.Timings.Finished.Sub(res.Timings.Started)
 	res.Usage = sandbox.Usage{Wall: hostWall, CPU: st.CPU, PeakMemory: st.PeakMemory}
 	switch {
@@ -114,6 +122,9 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	if res.ExitCode == 0 && res.Signal == "" {
 		res.ExitCode, res.Signal = rep.ExitCode, signalName(rep.Signal)
 	}
+	if wasm && res.Class == sandbox.OK {
+		s.wasmOutcome(res)
+	}
 	res.Stdout, res.Stderr = rep.Stdout, rep.Stderr
 	res.StdoutTruncated, res.StderrTruncated = rep.StdoutTruncated, rep.StderrTruncated
 	if rep.Error != "" && res.Class == sandbox.OK {
@@ -138,37 +149,70 @@ func signalName(s string) string {
 	return strings.ToLower(strings.TrimPrefix(s, "SIG"))
 }
 
-// claim moves the sandbox's processes from the pool cgroup into
-// /wovyr/<tenant>/<id> with inv's limits and applies the disk quota (the
-// job carries its rlimits to the agent). Nothing tenant-specific existed before this.
+// claim gives the sandbox to inv's tenant: it writes inv's limits into the
+// sandbox's own cgroup (made at Prepare, the runtime's parent) and applies
+// the disk quota; the job carries its rlimits to the agent. No process
+// moves: a cgroup v1 migration waits for an RCU grace period
+// (cgroup_threadgroup_rwsem), 5–15 ms on a loaded host, where these writes
+// take well under 1 ms.
 func (s *Sandbox) claim(inv *sandbox.Invocation, lim sandbox.Limits) error {
-	g, err := cgroup.New(cgroup.Prefix+"/"+inv.Tenant+"/"+s.id, cgroup.Limits{
-		Memory: lim.Memory, Pids: pidsBudget(lim.Pids, s.b.gvisor), CPUMillis: inv.Resources.CPUMillis,
-	})
+	if s.b.weak == battery.KeepOrphans {
+		if err := s.claimMoving(inv, lim); err != nil {
+			return err
+		}
+	} else if err := s.setLimits(lim, inv.Resources.CPUMillis); err != nil {
+		return err
+	}
+	// Usage counts from the claim on: the sandbox's start-up (runtime,
+	// agent, Sentry) is not the tenant's.
+	s.base = resetUsage(s.tenant)
+	if lim.Disk != s.limits.Disk {
+		if err := resizeUpper(s.dir, lim.Disk); err != nil {
+			return fmt.Errorf("disk quota: %w", err)
+		}
+	}
+	return nil
+}
+
+// claimMoving is the KeepOrphans positive control's claim: a separate group
+// /wovyr/<tenant>/<id> the processes move into, so the control can then
+// leave the runtime's cgroups behind (escapeRuntimeCgroups).
+func (s *Sandbox) claimMoving(inv *sandbox.Invocation, lim sandbox.Limits) error {
+	g, err := cgroup.New(cgroup.Prefix+"/"+inv.Tenant+"/"+s.id, cgroup.Limits{})
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
 	s.tenant = g
 	s.mu.Unlock()
-	// No swap: past the limit a workload must die, not page (cgroup v1).
-	if d := cgroupDirs(g.Path()); len(d) > 0 {
-		for _, dir := range d {
-			_ = os.WriteFile(dir+"/memory.memsw.limit_in_bytes", []byte(fmt.Sprint(lim.Memory)), 0)
-		}
+	if err := setLimits(g, cgroup.Limits{Memory: lim.Memory, Pids: pidsBudget(lim.Pids, s.b.gvisor), CPUMillis: inv.Resources.CPUMillis}); err != nil {
+		return err
 	}
+	s.leaf = g
 	for _, pid := range cgroupProcs(poolCgroup(s.id)) {
 		if err := g.Add(pid); err != nil && !errors.Is(err, unix.ESRCH) {
 			return err
 		}
 	}
-	if s.b.weak == battery.KeepOrphans {
-		// Positive control: leave the runtime's cgroups too, so neither
-		// the runtime nor wovyr can find what the workload leaves behind.
-		escapeRuntimeCgroups(s.id, g.Path())
+	escapeRuntimeCgroups(s.id, g.Path())
+	return nil
+}
+
+// maxPids is the kernel's largest pid count (PID_MAX_LIMIT): no limit.
+const maxPids = 1 << 22
+
+// setLimits writes the invocation's limits into the sandbox's cgroup, and
+// into the runtime's below it too where they exceed the template's shape
+// that the runtime applied there.
+func (s *Sandbox) setLimits(lim sandbox.Limits, cpuMillis int64) error {
+	cl := cgroup.Limits{Memory: lim.Memory, Pids: pidsBudget(lim.Pids, s.b.gvisor), CPUMillis: cpuMillis}
+	if err := setLimits(s.tenant, cl); err != nil {
+		return err
 	}
-	if err := resizeUpper(s.dir, lim.Disk); err != nil {
-		return fmt.Errorf("disk quota: %w", err)
+	if lim.Memory > s.limits.Memory || lim.Pids > s.limits.Pids {
+		// The sandbox's cgroup alone limits: were the runtime's as high,
+		// an OOM would happen there, out of sight of watchOOM.
+		return setLimits(s.leaf, cgroup.Limits{Memory: math.MaxInt64, Pids: maxPids})
 	}
 	return nil
 }
@@ -205,9 +249,9 @@ func (s *Sandbox) watchCPU(ctx context.Context, cancel context.CancelFunc, limit
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if s.tenant.Stats().CPU >= limit {
+				if usageSince(s.tenant, s.base).CPU >= limit {
 					close(fired)
-					_ = s.tenant.Kill(context.WithoutCancel(ctx))
+					_ = s.leaf.Kill(context.WithoutCancel(ctx))
 					cancel()
 					return
 				}

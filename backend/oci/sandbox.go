@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -14,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/wovyr/wovyr/agent"
@@ -44,14 +46,23 @@ type Sandbox struct {
 
 	mu      sync.Mutex
 	used    bool
-	tenant  *cgroup.Group
+	tenant  *cgroup.Group                 // sandboxCgroup; claim writes the tenant's limits here
+	leaf    *cgroup.Group                 // poolCgroup, the runtime's
+	base    cgroup.Stats                  // tenant's counters at claim
+	oomFD   int                           // watchOOM's eventfd on tenant (v1), or -1
 	cleanup []func(context.Context) error // reverse order
 	gone    bool
 }
 
-// poolCgroup is where a tenant-neutral sandbox's runtime cgroups live; "_"
+// sandboxCgroup is the sandbox's own cgroup, made by wovyr at Prepare and
+// kept until Destroy: claim writes the tenant's limits into it and usage is
+// read from it, also after the runtime removed its own cgroup below it. "_"
 // cannot start a tenant name, so it never collides with a tenant's.
-func poolCgroup(id string) string { return cgroup.Prefix + "/_pool/" + id }
+func sandboxCgroup(id string) string { return cgroup.Prefix + "/_pool/" + id }
+
+// poolCgroup is the runtime's cgroup (linux.cgroupsPath) inside the
+// sandbox's: where the sandbox's processes are, under the template's limits.
+func poolCgroup(id string) string { return sandboxCgroup(id) + "/runtime" }
 
 func newID(gvisor bool) string {
 	var b [6]byte
@@ -66,8 +77,8 @@ func newID(gvisor bool) string {
 // starts the container and waits until the agent answers. Each step is named
 // in its error; a failure undoes what was done.
 func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.Sandbox, error) {
-	if tmpl.Kind != sandbox.KindCommand && tmpl.Kind != "" {
-		return nil, sandbox.Errorf(sandbox.BadInput, "template.kind", "%s backend runs command workloads only (the wasm runner is not wired yet)", b.name)
+	if tmpl.Kind != "" && !sandbox.Accepts(b, tmpl.Kind) {
+		return nil, sandbox.Errorf(sandbox.BadInput, "template.kind", "%s backend does not run %s workloads (wasm needs Config.WasmRunner)", b.name, tmpl.Kind)
 	}
 	name := tmpl.Image
 	if name == "" {
@@ -98,7 +109,7 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 }
 
 func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, lim sandbox.Limits) (_ *Sandbox, err error) {
-	s := &Sandbox{b: b, d: d, id: newID(b.gvisor), image: name, limits: lim, agentFD: -1}
+	s := &Sandbox{b: b, d: d, id: newID(b.gvisor), image: name, limits: lim, agentFD: -1, oomFD: -1}
 	s.dir = filepath.Join(b.run, "sb", s.id)
 	defer func() {
 		if err != nil {
@@ -129,9 +140,16 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 		return nil, err
 	}
 	s.defer1(func(context.Context) error { s.slot.release(); return nil })
+	// The runtime's own teardown (after stop) overlaps removing the
+	// scratch and the cgroups; the uid range is free once it is done.
+	s.defer1(s.reap)
 	s.defer1(func(context.Context) error { return removeScratch(s.dir) })
 	if err := step("rootfs", func() error {
-		if err := assembleRootfs(rootfs, s.dir, s.slot.ids, lim.Disk, b.weak); err != nil {
+		ns, err := b.userns(s.slot.ids)
+		if err != nil {
+			return err
+		}
+		if err := assembleRootfs(rootfs, s.dir, s.slot.ids, ns, lim.Disk, b.weak); err != nil {
 			return err
 		}
 		if rootWeakness(b.weak) {
@@ -149,7 +167,10 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 	if err := step("spec", s.writeSpec); err != nil {
 		return nil, err
 	}
-	s.defer1(func(ctx context.Context) error { return removeCgroup(ctx, poolCgroup(s.id)) })
+	s.defer1(func(ctx context.Context) error { return removeCgroup(ctx, sandboxCgroup(s.id)) })
+	if err := step("cgroup", s.makeCgroup); err != nil {
+		return nil, err
+	}
 	s.defer1(s.stop)
 	if err := step("run", func() error { return s.create(ctx) }); err != nil {
 		return nil, err
@@ -159,6 +180,22 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 	}
 	b.cfg.Logger.Debug("sandbox prepared", "backend", b.name, "id", s.id, "image", name, "runtime", d.name, "uid", s.slot.ids.HostUID)
 	return s, nil
+}
+
+// makeCgroup creates the sandbox's own cgroup, the runtime's parent, and
+// on v1 starts counting its OOM events.
+func (s *Sandbox) makeCgroup() (err error) {
+	if s.tenant, err = cgroup.New(sandboxCgroup(s.id), cgroup.Limits{}); err != nil {
+		return err
+	}
+	if s.tenant.V2Group() {
+		return nil
+	}
+	if s.oomFD, err = watchOOM(memoryDir(s.tenant)); err != nil {
+		return err
+	}
+	s.defer1(func(context.Context) error { return unix.Close(s.oomFD) })
+	return nil
 }
 
 func (s *Sandbox) defer1(f func(context.Context) error) { s.cleanup = append(s.cleanup, f) }
@@ -192,6 +229,12 @@ func (s *Sandbox) writeSpec() error {
 	})
 	if err != nil {
 		return err
+	}
+	if s.b.runner != "" {
+		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: runnerPath, Type: "bind", Source: s.b.runner, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+		if err := s.wasmMountPoints(); err != nil {
+			return err
+		}
 	}
 	if s.net != nil {
 		joinSlot(spec, s.netnsPath(), filepath.Join(s.dir, "resolv.conf"))
@@ -236,7 +279,8 @@ func (s *Sandbox) create(ctx context.Context) error {
 		inW.Close()
 		return err
 	}
-	conn := &pipeConn{Reader: outR, Writer: inW, r: outR, w: inW}
+	// Buffered: a reply (length + body) then usually takes one read.
+	conn := &pipeConn{Reader: bufio.NewReaderSize(outR, 64<<10), Writer: inW, r: outR, w: inW}
 	s.client = agent.NewClient(conn)
 	s.defer1(func(context.Context) error { return s.client.Close() })
 	// The runtime's and the agent's stderr: a pipe drained into a capped
@@ -282,20 +326,42 @@ func (s *Sandbox) create(ctx context.Context) error {
 	return nil
 }
 
-// stop kills the container and waits for the foreground runtime to reap it
-// and exit; whatever runtime state is left is deleted by force.
+// stop kills the container. Under runc/crun it returns once the agent —
+// the pid namespace's init, whose death the kernel completes only after
+// every other member is gone — is dead, leaving the foreground runtime to
+// finish its own teardown while Destroy goes on (reap waits for it);
+// otherwise it waits for the runtime to exit.
 func (s *Sandbox) stop(ctx context.Context) error {
-	if s.runtime != nil {
-		select {
-		case <-s.runtime:
-		default:
-			// The agent is the pid namespace's init: killing it ends every
-			// process in the container. Through a pidfd, so a recycled pid
-			// can never be hit; runsc's Sentry is killed by runsc.
-			if s.agentFD < 0 || unix.PidfdSendSignal(s.agentFD, unix.SIGKILL, nil, 0) != nil {
-				_ = s.d.run(ctx, 5*time.Second, "kill", s.id, "KILL")
+	if s.runtime == nil {
+		return nil
+	}
+	select {
+	case <-s.runtime:
+		return nil
+	default:
+	}
+	// Through pidfds, so a recycled pid can never be hit.
+	if !s.killAgent() {
+		_ = s.d.run(ctx, 5*time.Second, "kill", s.id, "KILL")
+	} else if s.agentFD >= 0 {
+		fds := []unix.PollFd{{Fd: int32(s.agentFD), Events: unix.POLLIN}}
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			if n, err := unix.Poll(fds, int(time.Until(deadline).Milliseconds())+1); n > 0 || err != nil && err != unix.EINTR {
+				return nil
 			}
 		}
+	}
+	select {
+	case <-s.runtime:
+	case <-time.After(10 * time.Second):
+	}
+	return nil
+}
+
+// reap waits for the foreground runtime to exit and deletes by force
+// whatever runtime state it left.
+func (s *Sandbox) reap(ctx context.Context) error {
+	if s.runtime != nil {
 		select {
 		case <-s.runtime:
 		case <-time.After(10 * time.Second):
@@ -309,6 +375,30 @@ func (s *Sandbox) stop(ctx context.Context) error {
 		return nil
 	}
 	return s.d.destroy(ctx, s.id)
+}
+
+// killAgent SIGKILLs the container's init (runc/crun) or every process
+// in the runtime's cgroup (runsc: Sentry, gofer and their helpers), so
+// the foreground runtime sees its sandbox die and tears it down. It saves
+// starting a "<runtime> kill" (tens of ms under load); it reports false
+// where there was nothing to signal.
+func (s *Sandbox) killAgent() bool {
+	if s.agentFD >= 0 {
+		return unix.PidfdSendSignal(s.agentFD, unix.SIGKILL, nil, 0) == nil
+	}
+	if !s.b.gvisor {
+		return false
+	}
+	killed := false
+	for _, p := range treeProcs(poolCgroup(s.id)) {
+		fd, err := unix.PidfdOpen(p, 0)
+		if err != nil {
+			continue
+		}
+		killed = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) == nil || killed
+		unix.Close(fd)
+	}
+	return killed
 }
 
 // ready waits until the agent answers a no-op job; for runc/crun it also
@@ -335,6 +425,11 @@ func (s *Sandbox) ready(ctx context.Context) error {
 		}
 		s.agentFD = fd // closed by stop, after its last use
 	}
+	g, err := adopt(poolCgroup(s.id))
+	if err != nil {
+		return err
+	}
+	s.leaf = g
 	return nil
 }
 
@@ -362,18 +457,12 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if s.tenant != nil {
-		// The runtime cannot know this group: kill what is left in it and
-		// make sure no hierarchy keeps it.
-		// The KeepOrphans positive control does not hunt down what escaped
-		// its (absent) pid namespace; its cgroup stays until Reconcile.
-		if s.b.weak != battery.KeepOrphans {
-			errs = append(errs, s.tenant.Destroy(ctx), removeCgroup(ctx, s.tenant.Path()))
-		} else {
-			// The control's orphan is killed by the battery right after
-			// this; the group goes once it is empty (else Reconcile).
-			go removeWhenEmpty(s.tenant.Path(), time.Minute)
-		}
+	if s.tenant != nil && s.tenant.Path() != sandboxCgroup(s.id) {
+		// The KeepOrphans positive control's own tenant group: it does
+		// not hunt down what escaped its (absent) pid namespace. The
+		// battery kills the orphan right after this; the group goes once
+		// it is empty (else Reconcile).
+		go removeWhenEmpty(s.tenant.Path(), time.Minute)
 	}
 	if s.agentPID != 0 {
 		// The init's death takes its pid namespace with it (the kernel

@@ -25,7 +25,7 @@ var deniedSyscalls = []string{
 // spec's capabilities, which are none) with deniedSyscalls removed from every
 // allow rule and refused with EPERM.
 //
-// For gVisor, syslog is allowed too: inside runsc it reads the Sentry's own
+// For gVisor, clone3 and syslog are allowed too (see below for clone3): inside runsc it reads the Sentry's own
 // boot log, never the host kernel's, and it is how a workload sees that it
 // runs on gVisor (dmesg).
 func seccompProfile(s *specs.Spec, gvisor bool) (*specs.LinuxSeccomp, error) {
@@ -46,6 +46,11 @@ func seccompProfile(s *specs.Spec, gvisor bool) (*specs.LinuxSeccomp, error) {
 	eperm := uint(1)
 	p.Syscalls = append([]specs.LinuxSyscall{{Names: slices.Clone(deniedSyscalls), Action: specs.ActErrno, ErrnoRet: &eperm}}, kept...)
 	if gvisor {
+		// runsc answers moby's clone3 rule (ENOSYS, so that libc falls
+		// back to clone) with EPERM, which makes glibc's pthread_create
+		// fail (the wasm runner). The Sentry implements clone3 itself and
+		// refuses its namespace flags to a sandbox without capabilities.
+		p.Syscalls = append([]specs.LinuxSyscall{{Names: []string{"clone3"}, Action: specs.ActAllow}}, p.Syscalls...)
 		p.Syscalls = append(p.Syscalls, specs.LinuxSyscall{Names: []string{"syslog"}, Action: specs.ActAllow})
 	}
 	return p, nil

@@ -1,0 +1,166 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/wovyr/wovyr/cert"
+	"github.com/wovyr/wovyr/manager"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// wasmGuest is a WASI guest in C: it prints its argv, $K and its stdin,
+// writes /work/out.txt, spins on "spin" and exits with atoi(argv[1]).
+const wasmGuest = `#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+int main(int argc, char **argv) {
+  for (int i = 0; i < argc; i++) printf("%s%s", i ? " " : "", argv[i]);
+  printf("\n");
+  const char *k = getenv("K");
+  if (k) printf("K=%s\n", k);
+  char buf[256];
+  size_t n = fread(buf, 1, sizeof buf, stdin);
+  fwrite(buf, 1, n, stdout);
+  FILE *f = fopen("/work/out.txt", "w");
+  if (f) { fputs("from wasm", f); fclose(f); }
+  if (argc > 1 && strcmp(argv[1], "spin") == 0) for (volatile unsigned long i = 0;; i++);
+  return argc > 1 ? atoi(argv[1]) : 0;
+}
+`
+
+// wasmBackends builds the real runner — cmd/wovyr linked statically, as
+// production installs it — and the C test guest (clang, wasi-libc), and
+// returns both OCI backends with the runner configured, plus the guest.
+func wasmBackends(t *testing.T) (map[string]*Backend, []byte) {
+	t.Helper()
+	dir := filepath.Join(testState, "wasm-test")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runner, src, guest := filepath.Join(dir, "wovyr-wasm"), filepath.Join(dir, "guest.c"), filepath.Join(dir, "guest.wasm")
+	build := exec.Command("go", "build", "-tags", "osusergo,netgo", "-ldflags", "-linkmode external -extldflags -static",
+		"-o", runner, "github.com/wovyr/wovyr/cmd/wovyr")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("static runner: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(src, []byte(wasmGuest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("clang", "--target=wasm32-wasi", "--sysroot=/usr", "-O2", "-o", guest, src).CombinedOutput(); err != nil {
+		t.Fatalf("guest (apt clang lld wasi-libc): %v\n%s", err, out)
+	}
+	mod, err := os.ReadFile(guest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t)
+	cfg.WasmRunner = runner
+	c, err := NewContainer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewGVisor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]*Backend{"container": c, "gvisor": g}, mod
+}
+
+func wasmInv(mod []byte, argv ...string) *sandbox.Invocation {
+	return &sandbox.Invocation{Tenant: "acme", Workload: sandbox.Workload{Kind: sandbox.KindWasm, Module: mod, Argv: argv},
+		Policy: sandbox.Policy{Trust: sandbox.Untrusted}}
+}
+
+func runWasm(t *testing.T, b *Backend, inv *sandbox.Invocation) *sandbox.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindWasm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := sb.Run(ctx, inv)
+	if derr := sb.Destroy(ctx); derr != nil {
+		t.Error(derr)
+	}
+	assertNoLeftovers(t, b, sb.(*Sandbox))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// TestWasmRunsThroughTheRunner runs a real WASI module through `wovyr
+// wasm-exec` inside both sandboxes: exact argv, environment, stdin, stdout,
+// exit code and workspace file, then the fuel limit.
+func TestWasmRunsThroughTheRunner(t *testing.T) {
+	bs, mod := wasmBackends(t)
+	for name, b := range bs {
+		t.Run(name, func(t *testing.T) {
+			if !slices.Contains(b.Kinds(), sandbox.KindWasm) {
+				t.Fatalf("kinds %v lack wasm with a runner configured", b.Kinds())
+			}
+			inv := wasmInv(mod, "guest", "7", "a b")
+			inv.Workload.Env = []string{"K=v"}
+			inv.Workload.Stdin = []byte("piped\n")
+			inv.Workload.Collect = []string{"out.txt"}
+			res := runWasm(t, b, inv)
+			if res.Class != sandbox.OK || res.ExitCode != 7 || string(res.Stdout) != "guest 7 a b\nK=v\npiped\n" {
+				t.Fatalf("class %q exit %d stdout %q stderr %q", res.Class, res.ExitCode, res.Stdout, res.Stderr)
+			}
+			if len(res.Files) != 1 || string(res.Files[0].Data) != "from wasm" {
+				t.Fatalf("workspace files %+v", res.Files)
+			}
+			inv = wasmInv(mod, "guest", "spin")
+			inv.Limits.Fuel = 1_000_000
+			if res := runWasm(t, b, inv); res.Class != sandbox.OutOfFuel {
+				t.Fatalf("spin under fuel: class %q exit %d stderr %q", res.Class, res.ExitCode, res.Stderr)
+			}
+		})
+	}
+}
+
+// TestWasmSelection: with the runner configured, the manager sends a wasm
+// workload that needs container strength to container, and an untrusted
+// one (floor gvisor) to gvisor; without it, neither takes wasm.
+func TestWasmSelection(t *testing.T) {
+	bs, _ := wasmBackends(t)
+	sel := func(bs map[string]*Backend, p sandbox.Policy) (sandbox.Backend, error) {
+		var list []sandbox.Backend
+		var certs cert.Set
+		for _, b := range bs {
+			capa := b.Probe(context.Background())
+			if !capa.Available {
+				t.Skip(capa.Reason)
+			}
+			list = append(list, b)
+			certs = append(certs, cert.Record{Key: cert.Key{Backend: b.Name(), RuntimeVersion: capa.Version, Kernel: cert.Kernel(), ConfigHash: capa.ConfigHash},
+				Passed: true, Outcomes: []cert.Outcome{{ID: 61, Name: "stub for selection", Applies: true, Pass: true, ControlFlagged: true}}})
+		}
+		m, err := manager.New(manager.Config{Backends: list, Certs: certs, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Select(context.Background(), p, sandbox.KindWasm)
+	}
+	b, err := sel(bs, sandbox.Policy{Trust: sandbox.Internal, Preference: sandbox.Container})
+	if err != nil || b.Name() != "container" {
+		t.Fatalf("internal, preference container: %v, %v", b, err)
+	}
+	b, err = sel(bs, sandbox.Policy{Trust: sandbox.Untrusted})
+	if err != nil || b.Name() != "gvisor" {
+		t.Fatalf("untrusted: %v, %v", b, err)
+	}
+	plain := newBackends(t)
+	if _, err := sel(plain, sandbox.Policy{Trust: sandbox.Untrusted}); !errors.Is(err, sandbox.FloorUnmet) {
+		t.Fatalf("without a runner: %v, want floor-unmet", err)
+	}
+}
