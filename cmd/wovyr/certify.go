@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/wovyr/wovyr/backend/microvm"
 	"github.com/wovyr/wovyr/backend/native"
@@ -149,13 +148,7 @@ func (n *node) suites(guest string) (map[string]battery.Suite, error) {
 }
 
 // egressProbePath is wovyr-egressprobe next to the running executable.
-func egressProbePath() string {
-	exe, err := os.Executable()
-	if err != nil {
-		return "wovyr-egressprobe"
-	}
-	return filepath.Join(filepath.Dir(exe), "wovyr-egressprobe")
-}
+func egressProbePath() string { return besideExecutable("wovyr-egressprobe") }
 
 // certifyNetwork starts the egress service the config file enables, as
 // serve does, so that the records certify the daemon's configuration.

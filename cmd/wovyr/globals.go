@@ -43,10 +43,35 @@ func defaultGuest() string {
 	if g := os.Getenv("WOVYR_GUEST"); g != "" {
 		return g
 	}
-	if exe, err := os.Executable(); err == nil {
-		return filepath.Join(filepath.Dir(exe), "wovyr-guest")
+	return besideExecutable("wovyr-guest")
+}
+
+// besideExecutable is name in the running executable's directory.
+func besideExecutable(name string) string {
+	exe, err := os.Executable()
+	if err != nil {
+		return name
 	}
-	return "wovyr-guest"
+	return filepath.Join(filepath.Dir(exe), name)
+}
+
+// wasmRunner finds the static wasm runner the container and gVisor backends
+// run wasm workloads with: $WOVYR_WASM_RUNNER, else wovyr-wasm beside this
+// binary if it is there (`make build` puts it there). "" means none: those
+// backends then take command workloads only.
+func wasmRunner() string {
+	if r := os.Getenv("WOVYR_WASM_RUNNER"); r != "" {
+		return r
+	}
+	if p := besideExecutable("wovyr-wasm"); fileExists(p) {
+		return p
+	}
+	return ""
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 func parseGlobals(args []string) (*globals, []string, error) {

@@ -95,7 +95,7 @@ func newNode(g *globals, log *slog.Logger, o nodeOptions) (*node, error) {
 		return nil, err
 	}
 	n.backends = []sandbox.Backend{n.native, n.wasm}
-	ocfg := oci.Config{StateDir: g.stateDir, Agent: g.guest, Logger: n.log, Network: network}
+	ocfg := oci.Config{StateDir: g.stateDir, Agent: g.guest, Logger: n.log, Network: network, WasmRunner: wasmRunner()}
 	ccfg := ocfg
 	ccfg.Runtime = g.containerRuntime
 	for _, mk := range []func() (*oci.Backend, error){
