@@ -196,6 +196,14 @@ func TruthTable(gw, peer string) []Row {
 	return rows
 }
 
+// SandboxTable is TruthTable plus the workload tampering with its own
+// capabilities (adding an address to eth0), for backends whose workload
+// runs on the host's kernel in its slot (container, native): it holds
+// none over the slot's namespace, so the change fails.
+func SandboxTable(gw, peer string) []Row {
+	return append(TruthTable(gw, peer), Row{C: Check{ID: "83-tamper-own-caps", Kind: "tamper", Phase: 6}, Want: false})
+}
+
 // TableSpec is the probe spec that runs rows, then ChildRows(rows) in a
 // re-executed child; gw is the slot's gateway (the resolver fetch uses).
 func TableSpec(rows []Row, ca []byte, gw string) ProbeSpec {
