@@ -92,6 +92,11 @@ func TestEgressBattery(t *testing.T) {
 		if !o.ControlFlagged {
 			t.Errorf("row %d: the control was not flagged: %s", o.ID, o.ControlObserved)
 		}
+		if strings.Contains(o.ControlObserved, "] 0 of the row's") || !strings.Contains(o.ControlObserved, "of the row's checks wrong") {
+			// The control must have run the table and broken this row's
+			// own checks, not failed to run or broken only others.
+			t.Errorf("row %d: the control flagged without breaking the row: %s", o.ID, o.ControlObserved)
+		}
 	}
 	if want := []int{71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 83, 84}; !slices.Equal(judged, want) {
 		t.Errorf("rows judged %v, want %v", judged, want)

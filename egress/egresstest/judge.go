@@ -46,8 +46,8 @@ func (v Verdict) String() string {
 	case v.Secure():
 		return fmt.Sprintf("all %d checks as the allowlist says", len(v.Checks))
 	}
-	return fmt.Sprintf("%d of the row's %d checks wrong: %s; %d allowed checks failed: %s",
-		len(v.Wrong), len(v.Checks), strings.Join(v.Wrong, "; "), len(v.Failed), strings.Join(v.Failed, "; "))
+	return fmt.Sprintf("%d of the row's checks wrong: %s; %d allowed checks failed: %s",
+		len(v.Wrong), strings.Join(v.Wrong, "; "), len(v.Failed), strings.Join(v.Failed, "; "))
 }
 
 // Judge judges battery row id from r. A row's checks are those RowOf
