@@ -19,7 +19,7 @@ import (
 func WriteMarkdown(w io.Writer, recs []cert.Record) {
 	recs = newestPerRuntime(recs)
 	slices.SortStableFunc(recs, func(a, b cert.Record) int {
-		return cmp.Or(strings.Compare(order(a.Backend), order(b.Backend)), strings.Compare(RuntimeName(a), RuntimeName(b)))
+		return cmp.Or(strings.Compare(order(a.Backend), order(b.Backend)), strings.Compare(RuntimeName(a), RuntimeName(b)), cmpBool(a.Egress, b.Egress))
 	})
 	fmt.Fprintln(w, "| # | probe |"+headers(recs))
 	fmt.Fprintln(w, "|---|---|"+strings.Repeat("---|", len(recs)))
@@ -67,20 +67,30 @@ func WriteMarkdown(w io.Writer, recs []cert.Record) {
 		if r.Accel != "" {
 			accel = ", accel " + r.Accel
 		}
-		fmt.Fprintf(w, "- **%s** (%s, kernel %s, config %s%s): %d passed with flagged controls, %d failed, %d not applicable; certified: %v (%s)\n",
-			r.Backend, r.RuntimeVersion, r.Kernel, r.ConfigHash, accel, pass, fail, na, r.Passed, r.At.Format("2006-01-02 15:04 MST"))
+		fmt.Fprintf(w, "- **%s**%s (%s, kernel %s, config %s%s): %d passed with flagged controls, %d failed, %d not applicable; certified: %v (%s)\n",
+			r.Backend, egressNote(r), r.RuntimeVersion, r.Kernel, r.ConfigHash, accel, pass, fail, na, r.Passed, r.At.Format("2006-01-02 15:04 MST"))
 	}
 }
 
 func headers(recs []cert.Record) string {
-	runtimes := map[string]int{}
+	runtimes := map[string]map[string]bool{} // backend → its runtimes
 	for _, r := range recs {
-		runtimes[r.Backend]++
+		if runtimes[r.Backend] == nil {
+			runtimes[r.Backend] = map[string]bool{}
+		}
+		runtimes[r.Backend][RuntimeName(r)] = true
 	}
 	var b strings.Builder
 	for _, r := range recs {
-		if runtimes[r.Backend] > 1 {
-			b.WriteString(" " + r.Backend + " (" + RuntimeName(r) + ") |")
+		var notes []string
+		if len(runtimes[r.Backend]) > 1 {
+			notes = append(notes, RuntimeName(r))
+		}
+		if r.Egress {
+			notes = append(notes, "egress")
+		}
+		if len(notes) > 0 {
+			b.WriteString(" " + r.Backend + " (" + strings.Join(notes, ", ") + ") |")
 		} else {
 			b.WriteString(" " + r.Backend + " |")
 		}
@@ -95,13 +105,17 @@ func RuntimeName(r cert.Record) string {
 	return name
 }
 
-// newestPerRuntime keeps the newest record of each backend and runtime.
+// newestPerRuntime keeps the newest record of each backend and runtime,
+// with and without allowlisted egress.
 func newestPerRuntime(recs []cert.Record) []cert.Record {
-	type key struct{ backend, runtime string }
+	type key struct {
+		backend, runtime string
+		egress           bool
+	}
 	newest := map[key]int{}
 	var keys []key
 	for i, r := range recs {
-		k := key{r.Backend, RuntimeName(r)}
+		k := key{r.Backend, RuntimeName(r), r.Egress}
 		j, ok := newest[k]
 		if !ok {
 			keys = append(keys, k)
@@ -124,4 +138,22 @@ func order(name string) string {
 		return "9" + name
 	}
 	return fmt.Sprint(i) + name
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
+func egressNote(r cert.Record) string {
+	if r.Egress {
+		return " with allowlisted egress"
+	}
+	return ""
 }

@@ -36,3 +36,32 @@ func TestWriteMarkdownRuntimes(t *testing.T) {
 		t.Errorf("%d container summaries, want 2 (one per runtime)", n)
 	}
 }
+
+// TestWriteMarkdownEgress: a configuration with allowlisted egress keeps a
+// column of its own beside the same backend without it, so certifying one
+// never hides the other.
+func TestWriteMarkdownEgress(t *testing.T) {
+	at := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	rec := func(egress bool, at time.Time, pass bool) cert.Record {
+		return cert.Record{Key: cert.Key{Backend: "microvm", RuntimeVersion: "QEMU emulator version 7.2.15", Kernel: "k", ConfigHash: "h"}, At: at, Egress: egress,
+			Passed: pass, Outcomes: []cert.Outcome{{ID: 72, Name: "metadata", Applies: egress, Pass: pass, ControlFlagged: true}}}
+	}
+	var buf bytes.Buffer
+	WriteMarkdown(&buf, []cert.Record{rec(true, at, true), rec(false, at.Add(time.Hour), true), rec(true, at.Add(-time.Hour), false)})
+	out := buf.String()
+	if want := "| # | probe | microvm | microvm (egress) |\n"; !strings.HasPrefix(out, want) {
+		t.Fatalf("header: got %q, want prefix %q", strings.SplitN(out, "\n", 2)[0], want)
+	}
+	var row72 string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "| 72 | ") {
+			row72 = l
+		}
+	}
+	if want := "| n/a | PASS |"; !strings.HasSuffix(row72, want) {
+		t.Errorf("row 72: got %q, want the suffix %q (without egress, then the newest egress record)", row72, want)
+	}
+	if !strings.Contains(out, "- **microvm** with allowlisted egress (") {
+		t.Errorf("no egress summary in\n%s", out)
+	}
+}

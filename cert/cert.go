@@ -40,7 +40,10 @@ type Outcome struct {
 // Record is a certification: the key, every probe outcome, and the verdict.
 type Record struct {
 	Key
-	Accel    string    `json:"accel,omitempty"`
+	Accel string `json:"accel,omitempty"`
+	// Egress says the configuration enforces allowlisted egress (its
+	// backend has an egress service), so the egress rows ran for real.
+	Egress   bool      `json:"egress,omitempty"`
 	Passed   bool      `json:"passed"`
 	Outcomes []Outcome `json:"outcomes"`
 	At       time.Time `json:"at"`

@@ -39,6 +39,12 @@ func testGroup(t *testing.T, lim Limits) *Group {
 
 func start(t *testing.T, g *Group, script string) *exec.Cmd {
 	t.Helper()
+	return startWith(t, g.Add, script)
+}
+
+// startWith is start with the way the process joins its group.
+func startWith(t *testing.T, add func(pid int) error, script string) *exec.Cmd {
+	t.Helper()
 	// The script waits for a line on stdin, so that it forks nothing
 	// before it is in the group.
 	cmd := exec.Command("/bin/sh", "-c", "read go; "+script)
@@ -50,7 +56,7 @@ func start(t *testing.T, g *Group, script string) *exec.Cmd {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Add(cmd.Process.Pid); err != nil {
+	if err := add(cmd.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
 	in.Write([]byte("go\n"))

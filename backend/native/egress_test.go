@@ -16,11 +16,14 @@ import (
 	"github.com/wovyr/wovyr/sandbox"
 )
 
-// TestMain lets the test binary double as the egress probe: the truth-table
-// test runs it as the workload.
+// TestMain lets the test binary double as the egress probe (the truth-table
+// test runs it as the workload) and as a wovyr that dies mid-run.
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(egresstest.ProbeEnv); spec != "" {
 		os.Exit(egresstest.RunProbe(spec))
+	}
+	if scratch := os.Getenv(dyingWovyrEnv); scratch != "" {
+		os.Exit(dyingWovyr(scratch))
 	}
 	os.Exit(m.Run())
 }

@@ -20,7 +20,23 @@
 // between fork and exec and cgroup v1 cannot place a child at clone time.
 // Starting the child traced stops it right after execve; wovyr then sets its
 // rlimits, moves it into its cgroup and detaches. This costs one stop and
-// costs far less than re-executing a helper binary.
+// costs far less than re-executing a helper binary. (rlimits belong to the
+// whole process, so no wovyr thread can hold them for the child to inherit.)
+//
+// # What Prepare does so that Run is short
+//
+// Run is what an invocation waits for, so everything that does not depend
+// on the invocation happens at Prepare: the cgroup gets the template's
+// limits (Run writes only those that differ) and a thread is parked in the
+// sandbox's network namespace with no_new_privs and the workload's real
+// ids, ready to fork (see spawner). Run opens the cgroup's files while that
+// thread forks: opening is most of a v1 move's cost, and held from Prepare
+// the fds of many idle sandboxes would slow every fork wovyr makes.
+//
+// The forking thread is not put inside the cgroup: a wovyr thread there
+// would be a candidate for the group's OOM killer (scored by all of wovyr's
+// memory), be stopped by the freezer while it may hold a Go runtime lock,
+// and count against pids.max.
 package native
 
 import (
@@ -162,8 +178,10 @@ func (b *Backend) Weakened(w battery.Weakness) (sandbox.Backend, error) {
 	return nil, fmt.Errorf("native has no %q configuration", w)
 }
 
-// Prepare makes a tenant-neutral sandbox: an empty, mounted workspace. The
-// cgroup is created at Run, when the tenant (and so its path) is known.
+// Prepare makes a tenant-neutral sandbox: an empty, mounted workspace, a
+// cgroup with tmpl's limits, a network namespace and a parked forking
+// thread. Each prepared sandbox holds one OS thread and a few fds until it
+// runs or is destroyed.
 func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.Sandbox, error) {
 	if tmpl.Kind != "" && tmpl.Kind != sandbox.KindCommand {
 		return nil, sandbox.Errorf(sandbox.BadInput, "workload.kind", "native runs command workloads, not %s", tmpl.Kind)

@@ -19,6 +19,6 @@ func newNetns() (*os.File, error) {
 		var err error
 		f, err = os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
 		return err
-	}, nil)
+	})
 	return f, err
 }

@@ -42,13 +42,16 @@ type nativeSandbox struct {
 	state   state
 	mounted bool
 	group   *cgroup.Group
+	limits  cgroup.Limits // what group enforces now
 	netns   *os.File
+	spawner *spawner
 	slot    *egress.Slot // nil without Config.Network
 }
 
 // newSandbox makes the tenant-neutral parts ahead of any invocation: the
-// workspace tmpfs, an empty cgroup and an empty network namespace. Run then
-// only applies limits and starts the process.
+// workspace tmpfs, a cgroup with the template's limits, an empty network
+// namespace and the thread that will fork the workload. Run then only
+// changes limits that differ and starts the process.
 func newSandbox(ctx context.Context, b *Backend, id string, tmpl sandbox.Template) (_ *nativeSandbox, err error) {
 	s := &nativeSandbox{b: b, id: id, dir: filepath.Join(b.scratch, id), tmpl: tmpl}
 	defer func() {
@@ -76,11 +79,24 @@ func newSandbox(ctx context.Context, b *Backend, id string, tmpl sandbox.Templat
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: workspace")
 	}
 	s.mounted = true
-	if s.group, err = cgroup.New(fmt.Sprintf("%s/native/%s", cgroup.Prefix, id), cgroup.Limits{}); err != nil {
+	s.limits = b.groupLimits(tmpl.Limits.WithDefaults(), 0)
+	if s.group, err = cgroup.New(fmt.Sprintf("%s/native/%s", cgroup.Prefix, id), s.limits); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: cgroup")
 	}
 	if s.netns, s.slot, err = b.newNetwork(ctx); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: netns")
+	}
+	sp := spawn{netns: s.netns, join: true, uid: s.uid, gid: s.gid, noNewPrivs: true}
+	switch b.weak {
+	case battery.HostNetwork:
+		sp.netns = nil
+	case battery.KeepOrphans:
+		sp.join = false
+	case battery.RunAsRoot:
+		sp.noNewPrivs = false
+	}
+	if s.spawner, err = newSpawner(sp); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: spawner")
 	}
 	return s, nil
 }
@@ -129,17 +145,50 @@ func (s *nativeSandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sand
 	if err != nil {
 		return nil, sandbox.Wrap(sandbox.BadInput, err, "workload.argv")
 	}
-	cl := cgroup.Limits{Memory: lim.Memory, Pids: lim.Pids, CPUMillis: inv.Resources.CPUMillis}
-	switch s.b.weak {
+	if err := s.setLimits(s.b.groupLimits(lim, inv.Resources.CPUMillis)); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: cgroup limits")
+	}
+	return s.run(ctx, inv, prog, lim)
+}
+
+// groupLimits is what the cgroup enforces for lim.
+func (b *Backend) groupLimits(lim sandbox.Limits, cpuMillis int64) cgroup.Limits {
+	cl := cgroup.Limits{Memory: lim.Memory, Pids: lim.Pids, CPUMillis: cpuMillis}
+	switch b.weak {
 	case battery.NoPidsLimit:
 		cl.Pids = 0
 	case battery.NoMemoryLimit:
 		cl.Memory = 0
 	}
-	if err := s.group.SetLimits(cl); err != nil {
-		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: cgroup limits")
+	return cl
+}
+
+// setLimits writes only the limits that differ from those the group has
+// (usually none: Prepare applied the template's). A zero field means
+// unlimited, which a group that had a limit cannot go back to here.
+func (s *nativeSandbox) setLimits(cl cgroup.Limits) error {
+	was := s.limits
+	if cl.Memory == 0 && was.Memory != 0 || cl.Pids == 0 && was.Pids != 0 || cl.CPUMillis == 0 && was.CPUMillis != 0 {
+		return fmt.Errorf("cannot lift limits %+v to %+v", was, cl)
 	}
-	return s.run(ctx, inv, prog, lim)
+	diff := cl
+	if diff.Memory == was.Memory {
+		diff.Memory = 0
+	}
+	if diff.Pids == was.Pids {
+		diff.Pids = 0
+	}
+	if diff.CPUMillis == was.CPUMillis {
+		diff.CPUMillis = 0
+	}
+	if diff == (cgroup.Limits{}) {
+		return nil
+	}
+	if err := s.group.SetLimits(diff); err != nil {
+		return err
+	}
+	s.limits = cl
+	return nil
 }
 
 func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog string, lim sandbox.Limits) (*sandbox.Result, error) {
@@ -164,26 +213,20 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	if lim.CPU > 0 {
 		rl.cpu = uint64((lim.CPU + time.Second - 1) / time.Second)
 	}
-	sp := spawn{netns: s.netns, group: s.group, limits: rl, uid: s.uid, gid: s.gid, noNewPrivs: true}
 	switch s.b.weak {
 	case battery.NoRlimits, battery.NoDiskQuota:
-		sp.limits = nil
-	case battery.HostNetwork:
-		sp.netns = nil
-	case battery.KeepOrphans:
-		sp.group = nil
-	case battery.RunAsRoot:
-		sp.noNewPrivs = false
+		rl = nil
 	}
 	res := &sandbox.Result{ID: inv.ID, Backend: s.b.Name()}
 	res.Timings.Started = time.Now()
-	done, err := sp.start(cmd)
+	h, err := s.spawner.start(cmd, rl, s.group)
 	if err != nil {
 		if st, serr := os.Stat(prog); serr != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
 			return nil, sandbox.Wrap(sandbox.BadInput, err, "workload.argv: cannot execute %s", prog)
 		}
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: start")
 	}
+	defer h.Close()
 	p.closeChildEnds()
 
 	if s.b.weak == battery.NoOutputCap {
@@ -203,29 +246,20 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	if s.b.weak == battery.NoDeadline {
 		lim.Wall = 1 << 62
 	}
-	timer := time.NewTimer(lim.Wall)
-	defer timer.Stop()
 	killCtx := context.WithoutCancel(ctx)
-	select {
-	case err = <-done:
-	case <-timer.C:
-		res.Class, res.Error = sandbox.Timeout, fmt.Sprintf("wall deadline %s passed", lim.Wall)
-		_ = s.group.Kill(killCtx)
-		err = <-done
-	case <-ctx.Done():
-		res.Class, res.Error = sandbox.Killed, fmt.Sprintf("cancelled: %v", context.Cause(ctx))
-		_ = s.group.Kill(killCtx)
-		err = <-done
-	}
+	disarm := s.watch(ctx, lim.Wall, res)
+	err = cmd.Wait() // here, not on a waiter goroutine: one wake-up fewer
+	disarm()
+	s.spawner.close()
 	res.Usage.Wall = time.Since(res.Timings.Started)
 	// The leader is gone; whatever it left behind goes too, which also
 	// closes every copy of the output pipes.
-	if kerr := s.group.Kill(killCtx); kerr != nil {
+	if kerr := h.Kill(killCtx); kerr != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, kerr, "native: kill leftovers")
 	}
 	drain.Wait()
 	res.Timings.Finished = time.Now()
-	st := s.group.Usage()
+	st := h.Usage()
 	res.Usage.CPU, res.Usage.PeakMemory = st.CPU, st.PeakMemory
 	res.Stdout, res.StdoutTruncated = stdout.Bytes(), stdout.Truncated
 	res.Stderr, res.StderrTruncated = stderr.Bytes(), stderr.Truncated
@@ -240,6 +274,28 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: collect files")
 	}
 	return res, nil
+}
+
+// watch kills the group when the wall deadline passes or ctx is cancelled,
+// recording why in res, while Run waits for the leader itself. The
+// returned func disarms both and waits for a kill that already began.
+func (s *nativeSandbox) watch(ctx context.Context, wall time.Duration, res *sandbox.Result) (disarm func()) {
+	var once sync.Once
+	fired := make(chan struct{})
+	fire := func(class sandbox.Class, why string) {
+		once.Do(func() {
+			res.Class, res.Error = class, why
+			_ = s.group.Kill(context.WithoutCancel(ctx))
+			close(fired)
+		})
+	}
+	timer := time.AfterFunc(wall, func() { fire(sandbox.Timeout, fmt.Sprintf("wall deadline %s passed", wall)) })
+	stop := context.AfterFunc(ctx, func() { fire(sandbox.Killed, fmt.Sprintf("cancelled: %v", context.Cause(ctx))) })
+	return func() {
+		if t, c := timer.Stop(), stop(); !t || !c {
+			<-fired
+		}
+	}
 }
 
 // exitStatus fills the exit code and signal and returns the signal, if one
@@ -277,6 +333,9 @@ func (s *nativeSandbox) Destroy(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	var errs []error
+	if s.spawner != nil {
+		s.spawner.close()
+	}
 	if s.group != nil {
 		errs = append(errs, s.group.Destroy(ctx))
 	}

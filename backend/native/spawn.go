@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -13,24 +14,16 @@ import (
 	"github.com/wovyr/wovyr/cgroup"
 )
 
-// onThrowawayThread runs fn on an OS thread that dies afterwards.
-//
-// Network namespace, no_new_privs and credentials are per-thread in Linux
-// and inherited by children forked from that thread. wovyr changes them on a
-// locked thread, forks, and then lets the goroutine exit still locked, which
-// makes the Go runtime terminate the thread: no tainted thread ever runs
-// other goroutines.
+// onThrowawayThread runs fn, which may change the thread's network
+// namespace and ids, on an OS thread that dies afterwards: the goroutine
+// exits still locked, which makes the Go runtime terminate the thread.
 //
 // One exception: the runtime cannot terminate the main thread, so a locked
 // goroutine that happens to run there leaves it parked instead — and the
 // main thread's namespace and ids are what /proc/<pid>/ns/net and
 // /proc/<pid>/status show for all of wovyr. So the namespace and real ids
-// are put back too; no_new_privs cannot be, and is harmless on a parked
-// thread.
-//
-// If fn succeeds and then is non-nil, then runs on the same thread after
-// the namespace and ids are restored, before the thread exits.
-func onThrowawayThread(fn func() error, then func()) error {
+// are put back too.
+func onThrowawayThread(fn func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread exits with us
@@ -47,9 +40,6 @@ func onThrowawayThread(fn func() error, then func()) error {
 		unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), keep, keep)
 		unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), keep, keep)
 		done <- err
-		if err == nil && then != nil {
-			then()
-		}
 	}()
 	return <-done
 }
@@ -62,66 +52,99 @@ type rlimits struct {
 }
 
 // spawn is everything a workload's process gets before its first
-// instruction.
+// instruction that does not depend on the invocation.
 type spawn struct {
-	netns      *os.File      // nil: stay in wovyr's namespace (positive controls only)
-	group      *cgroup.Group // nil: no cgroup (positive controls only)
-	limits     *rlimits      // nil: inherit wovyr's (positive controls only)
+	netns      *os.File // nil: stay in wovyr's namespace (positive controls only)
+	join       bool     // false: the child stays out of the cgroup (positive controls only)
 	uid, gid   uint32
 	noNewPrivs bool
 }
 
-// start starts cmd confined: forked inside the sandbox's network namespace
-// with no_new_privs, stopped at its execve (traced), given its rlimits and
-// moved into its cgroup, then released. On error the child is killed. The
-// returned channel delivers cmd.Wait's result.
+// spawner is a sandbox's forking thread, made at Prepare and parked until
+// Run hands it the one command it starts.
 //
-// The forking thread stays alive, blocked in Wait, until the child exits:
-// the child's parent-death signal (SIGKILL) fires when that *thread* exits,
-// so if wovyr dies at any moment — even between exec and confinement —
-// the workload dies with it. Its descendants are in the cgroup, which
-// start-up reconciles.
-func (sp spawn) start(cmd *exec.Cmd) (<-chan error, error) {
-	cmd.SysProcAttr.Ptrace = true
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	exited := make(chan error, 1)
-	err := onThrowawayThread(func() error {
-		if sp.netns != nil {
-			if err := unix.Setns(int(sp.netns.Fd()), unix.CLONE_NEWNET); err != nil {
-				return fmt.Errorf("enter netns: %w", err)
-			}
-		}
-		if sp.noNewPrivs {
-			if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-				return fmt.Errorf("no_new_privs: %w", err)
-			}
-		}
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		if err := sp.confine(cmd.Process.Pid); err != nil {
-			_ = cmd.Process.Kill()
-			_ = unix.PtraceDetach(cmd.Process.Pid)
-			_ = cmd.Wait()
-			return err
-		}
-		return nil
-	}, func() { exited <- cmd.Wait() })
-	return exited, err
+// Network namespace, no_new_privs and credentials are per-thread in Linux
+// and inherited by children forked from that thread, so the thread takes
+// them at Prepare and Run pays only for the fork. The thread then stays
+// parked until close, which Run calls once it has reaped the child (any
+// thread may wait for a child of its process): the child's parent-death
+// signal (SIGKILL) fires when that *thread* exits, so if wovyr dies at any
+// moment — even between exec and confinement — the workload dies with it.
+// The goroutine never unlocks its thread, so the runtime ends the thread
+// with it and no tainted thread ever runs other goroutines.
+type spawner struct {
+	req  chan spawnReq
+	quit chan struct{}
+	gone chan struct{} // closed when the thread is done
+	stop sync.Once
 }
 
-// confine runs on the tracing thread while the child sits at its exec stop.
-func (sp spawn) confine(pid int) error {
-	var ws unix.WaitStatus
-	if _, err := unix.Wait4(pid, &ws, unix.WALL, nil); err != nil {
-		return fmt.Errorf("wait for exec stop: %w", err)
+type spawnReq struct {
+	cmd     *exec.Cmd
+	limits  *rlimits            // nil: inherit wovyr's (positive controls only)
+	group   chan *cgroup.Handle // nil handle: the start fails
+	started chan error
+}
+
+// newSpawner parks a thread configured by sp.
+func newSpawner(sp spawn) (*spawner, error) {
+	s := &spawner{req: make(chan spawnReq), quit: make(chan struct{}), gone: make(chan struct{})}
+	ready := make(chan error, 1)
+	onOwnThread(func() {
+		defer close(s.gone)
+		if err := sp.enter(); err != nil {
+			ready <- err
+			return
+		}
+		ready <- nil
+		select {
+		case r := <-s.req:
+			if sp.serve(r) {
+				<-s.quit // the child's parent lives until the child is reaped
+			}
+		case <-s.quit:
+		}
+	})
+	if err := <-ready; err != nil {
+		return nil, err
 	}
-	if !ws.Stopped() || ws.StopSignal() != syscall.SIGTRAP {
-		return fmt.Errorf("child did not stop at exec (status %#x)", uint32(ws))
+	return s, nil
+}
+
+// onOwnThread runs fn on a locked OS thread that ends with fn, never the
+// main thread: the runtime cannot end that one, and it is the thread whose
+// namespace and ids /proc shows for all of wovyr.
+func onOwnThread(fn func()) {
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread exits with us
+		if unix.Gettid() != unix.Getpid() {
+			fn()
+			return
+		}
+		// Hold the main thread (untouched) until fn runs elsewhere.
+		running := make(chan struct{})
+		onOwnThread(func() { close(running); fn() })
+		<-running
+		runtime.UnlockOSThread()
+	}()
+}
+
+// enter gives the calling (parked) thread what the child inherits.
+func (sp spawn) enter() error {
+	if sp.netns != nil {
+		if err := unix.Setns(int(sp.netns.Fd()), unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("enter netns: %w", err)
+		}
+	}
+	if sp.noNewPrivs {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("no_new_privs: %w", err)
+		}
 	}
 	// prlimit(2) on another process needs CAP_SYS_RESOURCE or matching real
 	// ids. wovyr may lack the capability (it does in some containers), so
-	// this thread takes the workload's real ids; its effective uid stays 0.
+	// this thread takes the workload's real ids; its effective uid stays 0,
+	// which the child needs to switch to them fully.
 	keep := ^uintptr(0) // -1: leave unchanged
 	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(sp.gid), keep, keep); e != 0 {
 		return fmt.Errorf("setresgid: %w", e)
@@ -129,23 +152,94 @@ func (sp spawn) confine(pid int) error {
 	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(sp.uid), keep, keep); e != 0 {
 		return fmt.Errorf("setresuid: %w", e)
 	}
-	if sp.limits != nil {
+	return nil
+}
+
+// start has the parked thread start cmd confined: stopped at its execve
+// (traced), given its rlimits and moved into g, then released. On error the
+// child is killed and reaped. The caller waits for cmd and then calls
+// close. A spawner starts one command.
+//
+// Opening g's files is most of what a cgroup move costs, so start opens
+// them here while the thread forks and the child execs, and returns the
+// handle (usage files included) for the caller to use and close.
+func (s *spawner) start(cmd *exec.Cmd, limits *rlimits, g *cgroup.Group) (*cgroup.Handle, error) {
+	r := spawnReq{cmd: cmd, limits: limits, group: make(chan *cgroup.Handle, 1), started: make(chan error, 1)}
+	select {
+	case s.req <- r:
+	case <-s.gone:
+		return nil, errors.New("spawner already used")
+	}
+	h, err := g.Open()
+	r.group <- h
+	if err == nil {
+		// While the child starts; Add uses other files. On failure Kill
+		// and Usage read by path.
+		_ = h.OpenUsage()
+	}
+	if serr := <-r.started; serr != nil {
+		if h != nil {
+			h.Close()
+		}
+		return nil, serr
+	}
+	return h, nil
+}
+
+// close ends the parked thread. Once a command started, call it only after
+// cmd.Wait returned: the thread's exit kills the child.
+func (s *spawner) close() {
+	s.stop.Do(func() { close(s.quit) })
+}
+
+// serve runs on the parked thread and reports whether a child runs.
+func (sp spawn) serve(r spawnReq) bool {
+	r.cmd.SysProcAttr.Ptrace = true
+	r.cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	if err := r.cmd.Start(); err != nil {
+		r.started <- err
+		return false
+	}
+	if err := sp.confine(r.cmd.Process.Pid, r.limits, <-r.group); err != nil {
+		_ = r.cmd.Process.Kill()
+		_ = unix.PtraceDetach(r.cmd.Process.Pid)
+		_ = r.cmd.Wait()
+		r.started <- err
+		return false
+	}
+	r.started <- nil
+	return true
+}
+
+// confine runs on the tracing thread while the child sits at its exec stop.
+func (sp spawn) confine(pid int, limits *rlimits, group *cgroup.Handle) error {
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(pid, &ws, unix.WALL, nil); err != nil {
+		return fmt.Errorf("wait for exec stop: %w", err)
+	}
+	if !ws.Stopped() || ws.StopSignal() != syscall.SIGTRAP {
+		return fmt.Errorf("child did not stop at exec (status %#x)", uint32(ws))
+	}
+	if limits != nil {
 		var errs []error
 		set := func(res int, v uint64) {
 			errs = append(errs, unix.Prlimit(pid, res, &unix.Rlimit{Cur: v, Max: v}, nil))
 		}
 		set(unix.RLIMIT_CORE, 0)
-		set(unix.RLIMIT_NOFILE, sp.limits.noFile)
-		set(unix.RLIMIT_FSIZE, sp.limits.fsize)
-		if sp.limits.cpu > 0 {
-			set(unix.RLIMIT_CPU, sp.limits.cpu)
+		set(unix.RLIMIT_NOFILE, limits.noFile)
+		set(unix.RLIMIT_FSIZE, limits.fsize)
+		if limits.cpu > 0 {
+			set(unix.RLIMIT_CPU, limits.cpu)
 		}
 		if err := errors.Join(errs...); err != nil {
 			return fmt.Errorf("prlimit: %w", err)
 		}
 	}
-	if sp.group != nil {
-		if err := sp.group.Add(pid); err != nil {
+	if group == nil {
+		return errors.New("cgroup files could not be opened")
+	}
+	if sp.join {
+		if err := group.Add(pid); err != nil {
 			return err
 		}
 	}

@@ -43,7 +43,7 @@ func openNode(g *globals) (*node, error) {
 // openNodeWith is openNode with an egress service (the daemon's
 // configuration, for certify --config).
 func openNodeWith(g *globals, network *egress.Service) (*node, error) {
-	n, err := newNode(g, g.logger(), network)
+	n, err := newNode(g, g.logger(), nodeOptions{network: network})
 	if err != nil {
 		return nil, err
 	}
@@ -55,11 +55,24 @@ func openNodeWith(g *globals, network *egress.Service) (*node, error) {
 	return n, err
 }
 
-// newNode constructs every backend, without a manager. network, if not
-// nil, gives the native, container and microvm backends allowlisted egress
-// (the daemon's); without it their sandboxes have no network at all. gVisor
-// refuses allowlists either way (ADR 0009).
-func newNode(g *globals, log *slog.Logger, network *egress.Service) (*node, error) {
+// nodeOptions are what the daemon builds differently from a one-shot
+// command.
+type nodeOptions struct {
+	// network, if not nil, gives the native, container and microvm
+	// backends allowlisted egress (the daemon's); without it their
+	// sandboxes have no network at all. gVisor refuses allowlists either
+	// way (ADR 0009).
+	network *egress.Service
+	// warmVMs makes microVM Prepare boot the VM, so that pooled VMs answer
+	// over their control channel; one-shot commands boot per invocation
+	// instead (the block-device protocol). Both modes share a
+	// certification: the battery runs both.
+	warmVMs bool
+}
+
+// newNode constructs every backend, without a manager.
+func newNode(g *globals, log *slog.Logger, o nodeOptions) (*node, error) {
+	network := o.network
 	n := &node{g: g, log: log, network: network}
 	// 0711: sandbox uids traverse it to their workspaces; what lies below
 	// is private to each owner.
@@ -100,7 +113,7 @@ func newNode(g *globals, log *slog.Logger, network *egress.Service) (*node, erro
 		n.oci = append(n.oci, b)
 		n.backends = append(n.backends, b)
 	}
-	if n.microvm, err = microvm.New(microvm.Config{StateDir: g.stateDir, Logger: n.log, Network: network}); err != nil {
+	if n.microvm, err = microvm.New(microvm.Config{StateDir: g.stateDir, Logger: n.log, Network: network, Warm: o.warmVMs}); err != nil {
 		return nil, err
 	}
 	n.backends = append(n.backends, n.microvm)
