@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -73,9 +71,7 @@ func EgressSuite(b *Backend, probe []byte) battery.Suite {
 
 // egressRun is one truth-table run from inside a VM.
 type egressRun struct {
-	rows    []egresstest.Row
-	rep     egresstest.Report
-	queries []string // what the harness's DNS server was asked
+	egresstest.Run
 	gw      string
 	err     error
 	retried []string // allowed checks that timed out in a first run
@@ -102,7 +98,7 @@ func (r *egressRun) lateAllowed() []string {
 		}
 		return true
 	}
-	if !check(r.rows, &r.rep) || !check(egresstest.ChildRows(r.rows), r.rep.Child) {
+	if !check(r.Rows, &r.Rep) || !check(egresstest.ChildRows(r.Rows), r.Rep.Child) {
 		return nil
 	}
 	return late
@@ -139,20 +135,20 @@ func (b *Backend) runEgress(ctx context.Context, probe []byte, r *egressRun) (er
 		return err
 	}
 	defer func() { err = errors.Join(err, s.Destroy(context.WithoutCancel(ctx))) }()
-	r.rows = egresstest.TruthTable("@GW@", peer.Addr().String())
+	r.Rows = egresstest.TruthTable("@GW@", peer.Addr().String())
 	to := probeTimeout(b.probe.accel)
-	child := egresstest.ProbeSpec{Checks: egresstest.Checks(egresstest.ChildRows(r.rows)), CA: rig.CAPEM, DNS: "@GW@:53", Timeout: to}
-	spec := egresstest.ProbeSpec{Checks: egresstest.Checks(r.rows), CA: rig.CAPEM, DNS: "@GW@:53", Child: &child, Timeout: to}
+	child := egresstest.ProbeSpec{Checks: egresstest.Checks(egresstest.ChildRows(r.Rows)), CA: rig.CAPEM, DNS: "@GW@:53", Timeout: to}
+	spec := egresstest.ProbeSpec{Checks: egresstest.Checks(r.Rows), CA: rig.CAPEM, DNS: "@GW@:53", Child: &child, Timeout: to}
 	res, err := s.Run(ctx, egressInvocation("battery-egress", spec, probe))
 	if err != nil {
 		return err
 	}
-	r.queries = rig.Queries()
+	r.Queries = rig.Queries()
 	if res.Class != sandbox.OK || res.ExitCode != 0 {
 		return fmt.Errorf("egress probe: class %q exit %d: %s: %s", res.Class, res.ExitCode, res.Error, tail(res.Stderr, 512))
 	}
 	r.gw = strings.TrimSpace(string(res.Stderr))
-	if err := json.Unmarshal(res.Stdout, &r.rep); err != nil {
+	if err := json.Unmarshal(res.Stdout, &r.Rep); err != nil {
 		return fmt.Errorf("egress report: %w: %s", err, tail(res.Stdout, 512))
 	}
 	return nil
@@ -191,59 +187,22 @@ func egressInvocation(id string, spec egresstest.ProbeSpec, probe []byte) *sandb
 	}
 }
 
-// egressRowOf maps a truth-table check to its battery row: the number its
-// id starts with; the un-numbered allow/deny checks of names are row 70.
-func egressRowOf(c egresstest.Check) int {
-	if n, _, ok := strings.Cut(c.ID, "-"); ok {
-		if id, err := strconv.Atoi(n); err == nil {
-			return id
-		}
-	}
-	return 70
-}
-
-// judgeEgress judges battery row id from the run: every check of the row as
-// the table says; 76 and 77 also that the harness's DNS server never saw
-// the canary; 78 (raw connects that ignore the proxy) from every raw TCP
-// check the table denies; 84 from the child's run.
+// judgeEgress judges battery row id from the run (egresstest.Judge): the
+// row's checks from inside the guest, 84's from a re-executed child there.
 func judgeEgress(id int, r *egressRun) battery.Observation {
 	if r.err != nil {
 		return battery.Observation{Observed: r.err.Error()}
 	}
-	rows, rep, depth := r.rows, r.rep, "the guest"
+	depth := "the guest"
 	if id == 84 {
-		if r.rep.Child == nil {
-			return battery.Observation{Tried: "the truth table from a re-executed child", Observed: "no child report: " + r.rep.ChildErr}
-		}
-		rows, rep, depth = egresstest.ChildRows(r.rows), *r.rep.Child, "a re-executed child in the guest"
+		depth = "a re-executed child in the guest"
 	}
-	if len(rep.Outcomes) != len(rows) {
-		return battery.Observation{Observed: fmt.Sprintf("%d outcomes for %d checks", len(rep.Outcomes), len(rows))}
-	}
-	var ids, bad []string
-	for i, row := range rows {
-		in := id == 84 || egressRowOf(row.C) == id || (id == 78 && row.C.Kind == "tcp" && !row.Want)
-		if !in {
-			continue
-		}
-		ids = append(ids, row.C.ID)
-		if o := rep.Outcomes[i]; o.ID != row.C.ID || o.OK != row.Want {
-			bad = append(bad, fmt.Sprintf("%s ok=%v want %v (%s)", row.C.ID, o.OK, row.Want, tail([]byte(o.Detail), 120)))
-		}
-	}
-	if id == 76 || id == 77 {
-		if slices.ContainsFunc(r.queries, func(q string) bool { return strings.Contains(q, egresstest.Canary) }) {
-			bad = append(bad, "the harness's DNS server saw the canary")
-		}
-	}
-	tried := fmt.Sprintf("from %s (%s): %s", depth, r.gw, strings.Join(ids, " "))
+	v := egresstest.Judge(id, r.Run)
+	tried := fmt.Sprintf("from %s (%s): %s", depth, r.gw, strings.Join(v.Checks, " "))
 	if len(r.retried) > 0 {
 		tried += fmt.Sprintf(" (second run: allowed checks %v timed out in the first)", r.retried)
 	}
-	if len(ids) == 0 {
-		return battery.Observation{Tried: tried, Observed: "no check of the truth table covers this row"}
-	}
-	return obs(tried, bad, fmt.Sprintf("all %d checks as the allowlist says", len(ids)))
+	return battery.Observation{Tried: tried, Observed: v.String(), Secure: v.Secure()}
 }
 
 // openVMNet is WeakOpenNetwork's NIC: a tap in the harness's upstream

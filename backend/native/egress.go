@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/wovyr/wovyr/egress"
+	"github.com/wovyr/wovyr/egress/egresstest"
 	"github.com/wovyr/wovyr/netpolicy"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -23,7 +24,15 @@ func (b *Backend) newNetwork(ctx context.Context) (*os.File, *egress.Slot, error
 	if err != nil {
 		return nil, nil, err
 	}
-	f, err := os.Open(slot.NetnsPath())
+	path := slot.NetnsPath()
+	if b.weak == EgressHostNetns {
+		// Positive control: the service's host namespace, never the real
+		// host's (the battery wires it to a rig's stand-in host).
+		if path = b.net.HostNetns(); path == "" {
+			return nil, nil, errors.Join(sandbox.Errorf(sandbox.BackendFailure, "", "the %s control needs an egress service with its own host namespace", EgressHostNetns), slot.Close(ctx))
+		}
+	}
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, errors.Join(fmt.Errorf("open slot netns: %w", err), slot.Close(ctx))
 	}
@@ -60,5 +69,9 @@ func (s *nativeSandbox) applyNetwork(ctx context.Context, inv *sandbox.Invocatio
 	if s.slot == nil {
 		return nil
 	}
-	return s.slot.Apply(ctx, egress.Binding{Tenant: inv.Tenant, Invocation: inv.ID, Policy: inv.Policy.Network})
+	p := inv.Policy.Network
+	if s.b.weak == EgressOpen {
+		p = egresstest.OpenPolicy() // positive control: the tenant's allowlist is ignored
+	}
+	return s.slot.Apply(ctx, egress.Binding{Tenant: inv.Tenant, Invocation: inv.ID, Policy: p})
 }

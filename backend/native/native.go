@@ -157,7 +157,7 @@ func (b *Backend) Probe(ctx context.Context) sandbox.Capability {
 
 func (b *Backend) configHash() string {
 	h := sha256.Sum256(fmt.Appendf(nil, "%s uids=%d+%d netns=%s nnp ws=tmpfs rlimits=core0,nofile,fsize,cpu weak=%q",
-		version, b.uids.base, len(b.uids.used), b.netKind(), b.weak))
+		version, b.uids.base, len(b.uids.used), b.netCert(), b.weak))
 	return hex.EncodeToString(h[:8])
 }
 
@@ -167,7 +167,10 @@ func (b *Backend) Weakened(w battery.Weakness) (sandbox.Backend, error) {
 	switch w {
 	case battery.RunAsRoot, battery.NoRlimits, battery.InheritEnv, battery.SharedUID, battery.HostNetwork,
 		battery.NoPidsLimit, battery.NoMemoryLimit, battery.NoDiskQuota, battery.NoDeadline, battery.NoOutputCap,
-		battery.KeepOrphans:
+		battery.KeepOrphans, EgressOpen, EgressHostNetns:
+		if b.net == nil && (w == EgressOpen || w == EgressHostNetns) {
+			return nil, fmt.Errorf("native without an egress service has no %q configuration", w)
+		}
 		c := *b
 		c.weak = w
 		return &c, nil

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -32,12 +32,6 @@ import (
 //
 // The probe is a static binary (egress/egresstest/egressprobe) shipped into
 // the sandbox as a workload file: Config.EgressProbe.
-
-// egressRows maps a battery row to the check-ID prefixes it judges.
-var egressRows = map[int][]string{
-	71: {"71-"}, 72: {"72-"}, 73: {"73-"}, 74: {"74-"}, 75: {"75-"}, 76: {"76-"}, 77: {"77-"},
-	78: {"70-"}, 79: {"79-"}, 80: {"80-"}, 81: {"81-"}, 83: {"83-"}, 84: nil,
-}
 
 // egressControls is each row's positive control.
 var egressControls = map[int]battery.Weakness{
@@ -69,19 +63,9 @@ func slotControls(b *Backend, probes []battery.Probe) {
 // egressTag names the battery's rig and service (distinct from the tests').
 const egressTag = "bat"
 
-// tableRows are the truth table plus what only a container adds: tampering
-// with the workload's own capabilities (native's workload is root in its
-// slot, so the shared table checks a capability-less thread instead).
-func tableRows(gw, peer string) []egresstest.Row {
-	rows := egresstest.TruthTable(gw, peer)
-	return append(rows, egresstest.Row{C: egresstest.Check{ID: "83-tamper-own-caps", Kind: "tamper", Phase: 6}, Want: false})
-}
-
 // egressRun is one configuration's run of the table.
 type egressRun struct {
-	rows    []egresstest.Row
-	rep     egresstest.Report
-	canary  []string // canary queries the rig's DNS server saw
+	egresstest.Run
 	err     error
 	summary string
 }
@@ -105,14 +89,7 @@ func egressProbes(b *Backend) []battery.Probe {
 		return r
 	}
 	var out []battery.Probe
-	for _, id := range slices.Sorted(func(yield func(int) bool) {
-		for id := range egressRows {
-			if !yield(id) {
-				return
-			}
-		}
-	}) {
-		prefixes := egressRows[id]
+	for _, id := range slices.Sorted(maps.Keys(egressControls)) {
 		out = append(out, battery.Probe{ID: id, Weakness: egressControls[id], Backends: []string{b.name},
 			Run: func(ctx context.Context, t battery.Target) battery.Observation {
 				r := get(ctx, t)
@@ -121,54 +98,12 @@ func egressProbes(b *Backend) []battery.Probe {
 					obs.Observed = r.err.Error()
 					return obs
 				}
-				obs.Observed, obs.Secure = judgeEgress(id, prefixes, r)
+				v := egresstest.Judge(id, r.Run)
+				obs.Observed, obs.Secure = v.String(), v.Secure()
 				return obs
 			}})
 	}
 	return out
-}
-
-// judgeEgress: the row's checks (row 84: the re-executed child's whole
-// table; 76 and 77: also the rig's DNS log) came out as the table says, and
-// every check that must succeed did. The observation lists the row's wrong
-// checks first, so a control shows that the row itself broke.
-func judgeEgress(id int, prefixes []string, r *egressRun) (string, bool) {
-	var row, allowed []string
-	for i, rw := range r.rows {
-		o := r.rep.Outcomes[i]
-		if o.OK == rw.Want {
-			continue
-		}
-		d := fmt.Sprintf("%s ok=%v (%.80s)", rw.C.ID, o.OK, strings.TrimSpace(o.Detail))
-		switch {
-		case slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(rw.C.ID, p) }):
-			row = append(row, d)
-		case rw.Want:
-			allowed = append(allowed, d)
-		}
-	}
-	switch id {
-	case 76, 77:
-		if len(r.canary) > 0 {
-			row = append(row, fmt.Sprintf("the rig's DNS server saw the canary: %v", r.canary))
-		}
-	case 84:
-		crows := egresstest.ChildRows(r.rows)
-		if r.rep.Child == nil || len(r.rep.Child.Outcomes) != len(crows) {
-			row = append(row, "no report from the re-executed child: "+r.rep.ChildErr)
-			break
-		}
-		for i, rw := range crows {
-			if o := r.rep.Child.Outcomes[i]; o.OK != rw.Want {
-				row = append(row, fmt.Sprintf("child %s ok=%v", rw.C.ID, o.OK))
-			}
-		}
-	}
-	if len(row)+len(allowed) == 0 {
-		return fmt.Sprintf("all %d checks as the policy says", len(r.rows)), true
-	}
-	return fmt.Sprintf("%d of the row's checks wrong: %s; %d allowed checks failed: %s",
-		len(row), strings.Join(row, "; "), len(allowed), strings.Join(allowed, "; ")), false
 }
 
 // runEgressTable builds a rig and a service on it, prepares two sandboxes
@@ -226,13 +161,13 @@ func runEgressTable(ctx context.Context, tb *Backend, img string) (r *egressRun)
 	}
 	sb, peer := sbs[0], sbs[1]
 	gw := sb.net.Gateway().String()
-	r.rows = tableRows(gw, peer.net.Addr().String())
-	js, err := json.Marshal(egresstest.TableSpec(r.rows, rig.CAPEM, gw))
+	r.Rows = egresstest.SandboxTable(gw, peer.net.Addr().String())
+	js, err := json.Marshal(egresstest.TableSpec(r.Rows, rig.CAPEM, gw))
 	if err != nil {
 		r.err = err
 		return r
 	}
-	r.summary = fmt.Sprintf("%d checks, slot %s, rig %s", len(r.rows), sb.net.Addr(), filepath.Base(rig.HostNetns))
+	r.summary = fmt.Sprintf("%d checks, slot %s, rig %s", len(r.Rows), sb.net.Addr(), filepath.Base(rig.HostNetns))
 	res, err := sb.Run(ctx, &sandbox.Invocation{
 		ID: "battery-egress-" + sb.id, Tenant: "wovyr-battery",
 		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Image: img, Argv: []string{workDir + "/egressprobe"},
@@ -245,18 +180,10 @@ func runEgressTable(ctx context.Context, tb *Backend, img string) (r *egressRun)
 		r.err = err
 		return r
 	}
-	if r.rep, err = egresstest.ParseReport(res); err != nil {
+	if r.Rep, err = egresstest.ParseReport(res); err != nil {
 		r.err = err
 		return r
 	}
-	if len(r.rep.Outcomes) != len(r.rows) {
-		r.err = fmt.Errorf("probe report has %d outcomes for %d checks", len(r.rep.Outcomes), len(r.rows))
-		return r
-	}
-	for _, q := range rig.Queries() {
-		if strings.Contains(q, egresstest.Canary) {
-			r.canary = append(r.canary, q)
-		}
-	}
+	r.Queries = rig.Queries()
 	return r
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/egress"
+	"github.com/wovyr/wovyr/egress/egresstest"
 	"github.com/wovyr/wovyr/egress/netns"
 	"github.com/wovyr/wovyr/netpolicy"
 	"github.com/wovyr/wovyr/sandbox"
@@ -84,7 +85,7 @@ func (s *Sandbox) applyNetwork(ctx context.Context, inv *sandbox.Invocation) err
 	}
 	p := inv.Policy.Network
 	if s.b.weak == EgressOpen {
-		p = openPolicy // positive control: the tenant's allowlist is ignored
+		p = egresstest.OpenPolicy() // positive control: the tenant's allowlist is ignored
 	}
 	return s.net.Apply(ctx, egress.Binding{Tenant: inv.Tenant, Invocation: inv.ID, Policy: p})
 }
@@ -127,7 +128,7 @@ func (b *Backend) hashNetwork(spec *specs.Spec) {
 
 // Weaknesses of the egress wiring, for the battery's positive controls.
 const (
-	// EgressOpen: the slot is bound to openPolicy instead of the tenant's
+	// EgressOpen: the slot is bound to egresstest.OpenPolicy instead of the tenant's
 	// allowlist (every port the rows use, metadata named explicitly, every
 	// name the rig serves).
 	EgressOpen battery.Weakness = "egress-open"
@@ -135,23 +136,6 @@ const (
 	// namespace instead of its slot (no host-side table in the way).
 	EgressHostNetns battery.Weakness = "egress-host-netns"
 )
-
-// openPolicy is EgressOpen's policy.
-var openPolicy = func() netpolicy.Policy {
-	tcp := []uint16{22, 53, 80, 443, 853, 3129, 7001, 7002, 9000}
-	names := []uint16{80, 443, 9000}
-	p := netpolicy.Policy{Allow: []netpolicy.Rule{
-		{CIDR: "0.0.0.0/0", Ports: tcp},
-		{CIDR: "0.0.0.0/0", Ports: []uint16{53, 7003}, Protocol: "udp"}, // udp/443 is never valid
-		{CIDR: "169.254.169.254/32", Ports: tcp},
-		{CIDR: "100.100.100.200/32", Ports: tcp},
-	}}
-	for _, h := range []string{"allowed.test", "other.test", "front.test", "meta.test", "host.test", "rebind.test",
-		"wild.test", "*.wild.test", "evilwild.test", "*.evil.test", "xn--wild-9oa.test", "*.exfil.test"} {
-		p.Allow = append(p.Allow, netpolicy.Rule{Host: h, Ports: names})
-	}
-	return p
-}()
 
 // netnsPath is the network namespace the sandbox's spec joins.
 func (s *Sandbox) netnsPath() string {

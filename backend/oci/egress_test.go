@@ -172,7 +172,7 @@ func egressTruthTable(t *testing.T, tag, runtime string) {
 	peer := prepareIn(t, r.b, img)
 	sb := prepareIn(t, r.b, img)
 	gw := sb.net.Gateway().String()
-	rows := tableRows(gw, peer.net.Addr().String())
+	rows := egresstest.SandboxTable(gw, peer.net.Addr().String())
 	spec := egresstest.TableSpec(rows, r.rig.CAPEM, gw)
 	rep := runProbe(t, sb, "tenant-a", egresstest.TenantPolicy, spec)
 	egresstest.AssertTable(t, rows, rep, 0)

@@ -125,9 +125,10 @@ func verdict(r cert.Record) string {
 }
 
 // suites returns the battery suite of each backend on this node.
-// With egress (n.network), the microVM suite adds the egress rows, whose static probe
-// (wovyr-egressprobe, next to the executable like the container backend's
-// default) goes into the guest; the container suite adds them by itself.
+// With egress (n.network), the microVM and native suites add the egress
+// rows, whose static probe (wovyr-egressprobe, next to the executable like
+// the container backend's default) goes into the guest or the workspace;
+// the container suite adds them by itself.
 func (n *node) suites(guest string) (map[string]battery.Suite, error) {
 	suites := map[string]battery.Suite{
 		"native":  native.Suite(n.native, guest),
@@ -140,6 +141,7 @@ func (n *node) suites(guest string) (map[string]battery.Suite, error) {
 			return nil, fmt.Errorf("the egress rows need the static egress probe: %w", err)
 		}
 		suites["microvm"] = microvm.EgressSuite(n.microvm, probe)
+		suites["native"] = native.EgressSuite(n.native, guest, probe)
 	}
 	for _, b := range n.oci {
 		suites[b.Name()] = oci.Suite(b, "")

@@ -92,6 +92,25 @@ var TenantPolicy = netpolicy.Policy{Allow: []netpolicy.Rule{
 	{CIDR: "0.0.0.0/0", Ports: []uint16{9000}},
 }}
 
+// OpenPolicy is the positive controls' allowlist: everything the truth
+// table probes (every port the rows use, metadata named explicitly, every
+// name the rig serves), so a sandbox bound to it must fail every denial.
+func OpenPolicy() netpolicy.Policy {
+	tcp := []uint16{22, 53, 80, 443, 853, 3129, 7001, 7002, 9000}
+	names := []uint16{80, 443, 9000}
+	p := netpolicy.Policy{Allow: []netpolicy.Rule{
+		{CIDR: "0.0.0.0/0", Ports: tcp},
+		{CIDR: "0.0.0.0/0", Ports: []uint16{53, 7003}, Protocol: "udp"}, // udp/443 is never valid
+		{CIDR: "169.254.169.254/32", Ports: tcp},
+		{CIDR: "100.100.100.200/32", Ports: tcp},
+	}}
+	for _, h := range []string{"allowed.test", "other.test", "front.test", "meta.test", "host.test", "rebind.test",
+		"wild.test", "*.wild.test", "evilwild.test", "*.evil.test", "xn--wild-9oa.test", "*.exfil.test"} {
+		p.Allow = append(p.Allow, netpolicy.Rule{Host: h, Ports: names})
+	}
+	return p
+}
+
 // TruthTable is BATTERY 70–84 as rows; gw is the slot's gateway, peer the
 // address of another tenant's slot.
 func TruthTable(gw, peer string) []Row {
@@ -194,6 +213,14 @@ func TruthTable(gw, peer string) []Row {
 		rows[i].C.Phase = phase(rows[i].C)
 	}
 	return rows
+}
+
+// SandboxTable is TruthTable plus the workload tampering with its own
+// capabilities (adding an address to eth0), for backends whose workload
+// runs on the host's kernel in its slot (container, native): it holds
+// none over the slot's namespace, so the change fails.
+func SandboxTable(gw, peer string) []Row {
+	return append(TruthTable(gw, peer), Row{C: Check{ID: "83-tamper-own-caps", Kind: "tamper", Phase: 6}, Want: false})
 }
 
 // TableSpec is the probe spec that runs rows, then ChildRows(rows) in a

@@ -1,0 +1,189 @@
+package native
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/wovyr/wovyr/battery"
+	"github.com/wovyr/wovyr/egress"
+	"github.com/wovyr/wovyr/egress/egresstest"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// The egress rows (BATTERY 71–84) for a native backend with an egress
+// service. Each configuration (the target and every control's weakness)
+// runs the truth table once, through a copy of the backend wired to a
+// service on a rig of its own (package egresstest: a stand-in host and an
+// upstream namespace, nothing leaves the machine) — never the daemon's own
+// service, whose uplink is real. Every row is judged from that one run by
+// egresstest.Judge, as on the container and microVM backends.
+
+// Weaknesses of the egress wiring, for the positive controls.
+const (
+	// EgressOpen: the slot is bound to egresstest.OpenPolicy instead of
+	// the tenant's allowlist.
+	EgressOpen battery.Weakness = "egress-open"
+	// EgressHostNetns: the workload runs in the egress service's host
+	// namespace instead of its slot (no host-side table in the way).
+	EgressHostNetns battery.Weakness = "egress-host-netns"
+)
+
+// egressControls is each row's positive control. 83's is root in the
+// slot: it may change the slot's namespace, which the unprivileged
+// workload may not.
+var egressControls = map[int]battery.Weakness{
+	71: EgressOpen, 72: EgressOpen, 73: EgressOpen, 74: EgressOpen, 75: EgressHostNetns, 76: EgressOpen,
+	77: EgressOpen, 78: EgressOpen, 79: EgressOpen, 80: EgressOpen, 81: EgressOpen, 83: battery.RunAsRoot, 84: EgressOpen,
+}
+
+// egressNA82 is why row 82 does not apply with a slot either.
+const egressNA82 = "native applies no syscall filter and shares the host's filesystem by design (rows 20-43, 46); " +
+	"AF_UNIX sockets are no way out of the slot's allowlist: path sockets are the host's files under the workload's own uid, abstract ones live in the slot's network namespace, which holds nothing else"
+
+// egressTag names the battery's rig and service (distinct from the tests').
+const egressTag = "nbt"
+
+// EgressSuite is Suite(b, guest) plus the egress rows, for a backend with
+// Config.Network: probe is the static egress probe binary
+// (egresstest.BuildProbe), shipped into each sandbox as a workload file.
+// Without Config.Network it is Suite: every egress row reduces to row 70.
+func EgressSuite(b *Backend, guest string, probe []byte) battery.Suite {
+	s := Suite(b, guest)
+	if b.net == nil {
+		return s
+	}
+	var mu sync.Mutex
+	runs := map[battery.Weakness]*egressRun{}
+	get := func(ctx context.Context, t battery.Target) *egressRun {
+		tb, ok := t.Backend.(*Backend)
+		if !ok {
+			return &egressRun{err: errors.New("not a native backend")}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if r := runs[tb.weak]; r != nil {
+			return r
+		}
+		r := runEgress(ctx, tb, probe)
+		runs[tb.weak] = r
+		return r
+	}
+	s.NotApplicable[82] = egressNA82
+	for _, id := range slices.Sorted(maps.Keys(egressControls)) {
+		delete(s.NotApplicable, id)
+		s.Probes = append(s.Probes, battery.Probe{ID: id, Weakness: egressControls[id], Backends: []string{"native"},
+			Run: func(ctx context.Context, t battery.Target) battery.Observation {
+				r := get(ctx, t)
+				obs := battery.Observation{Tried: "egress truth table from a native sandbox (and a re-executed child) bound to the tenant allowlist, against an isolated rig; " + r.summary}
+				if r.err != nil {
+					obs.Observed = r.err.Error()
+					return obs
+				}
+				v := egresstest.Judge(id, r.Run)
+				obs.Observed, obs.Secure = v.String(), v.Secure()
+				return obs
+			}})
+	}
+	return s
+}
+
+// netCert is the network part of the config hash. A slot is certified by
+// the egress rows, which a certification without them never ran.
+func (b *Backend) netCert() string {
+	if b.net == nil {
+		return b.netKind()
+	}
+	return b.netKind() + " rows=71-84"
+}
+
+// egressRun is one configuration's run of the table.
+type egressRun struct {
+	egresstest.Run
+	err     error
+	summary string
+}
+
+// runEgress builds a rig and a service on it, prepares two sandboxes of a
+// copy of tb wired to that service (one as the other tenant), runs the
+// table in one and tears it all down.
+func runEgress(ctx context.Context, tb *Backend, probe []byte) (r *egressRun) {
+	r = &egressRun{}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	rig, err := egresstest.New(ctx, egressTag)
+	if err != nil {
+		r.err = fmt.Errorf("egress rig: %w", err)
+		return r
+	}
+	cfg := rig.Config()
+	var svc *egress.Service
+	defer func() {
+		var errs []error
+		if svc != nil {
+			errs = append(errs, svc.Close(context.WithoutCancel(ctx)))
+		}
+		errs = append(errs, rig.Close())
+		if err := errors.Join(errs...); err != nil && r.err == nil {
+			r.err = fmt.Errorf("egress rig teardown: %w", err)
+		}
+	}()
+	if err := egress.Reconcile(ctx, cfg, nil); err != nil {
+		r.err = err
+		return r
+	}
+	if svc, err = egress.NewService(ctx, cfg, slog.New(slog.DiscardHandler)); err != nil {
+		r.err = err
+		return r
+	}
+	c := *tb
+	c.net = svc
+	var sbs []*nativeSandbox
+	defer func() {
+		for _, s := range sbs {
+			_ = s.Destroy(context.WithoutCancel(ctx))
+		}
+	}()
+	for range 2 {
+		sb, err := c.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
+		if err != nil {
+			r.err = err
+			return r
+		}
+		sbs = append(sbs, sb.(*nativeSandbox))
+	}
+	sb, peer := sbs[0], sbs[1]
+	gw := sb.slot.Gateway().String()
+	r.Rows = egresstest.SandboxTable(gw, peer.slot.Addr().String())
+	js, err := json.Marshal(egresstest.TableSpec(r.Rows, rig.CAPEM, gw))
+	if err != nil {
+		r.err = err
+		return r
+	}
+	r.summary = fmt.Sprintf("%d checks, slot %s, rig %s", len(r.Rows), sb.slot.Addr(), filepath.Base(rig.HostNetns))
+	res, err := sb.Run(ctx, &sandbox.Invocation{
+		ID: "battery-egress-" + sb.id, Tenant: "wovyr-battery",
+		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: []string{filepath.Join(sb.dir, "egressprobe")},
+			Env:   []string{egresstest.ProbeEnv + "=" + string(js)},
+			Files: []sandbox.File{{Path: "egressprobe", Data: probe, Mode: 0o755}}},
+		Limits: sandbox.Limits{Wall: 2 * time.Minute, Pids: 512, Disk: 64 << 20},
+		Policy: sandbox.Policy{Trust: sandbox.Trusted, Network: egresstest.TenantPolicy},
+	})
+	if err != nil {
+		r.err = err
+		return r
+	}
+	if r.Rep, err = egresstest.ParseReport(res); err != nil {
+		r.err = err
+		return r
+	}
+	r.Queries = rig.Queries()
+	return r
+}
