@@ -15,12 +15,12 @@ all: build
 deps:
 	scripts/install-deps
 
+# bin/wovyr-wasm is wovyr linked statically, for its wasm-exec inside any
+# template: wasm at container/gVisor strength (backend/oci Config.WasmRunner).
 build:
 	$(GO) build -o bin/wovyr ./cmd/wovyr
 	CGO_ENABLED=0 $(GO) build -o bin/wovyr-guest ./cmd/wovyr-guest
 	CGO_ENABLED=0 $(GO) build -o bin/wovyr-egressprobe ./egress/egresstest/egressprobe
-	# wasm at container/gVisor strength: wovyr wasm-exec, linked statically
-	# so that it runs inside any template (backend/oci Config.WasmRunner).
 	$(GO) build -tags osusergo,netgo -ldflags '-linkmode external -extldflags -static' -o bin/wovyr-wasm ./cmd/wovyr
 
 demo: deps build
