@@ -392,12 +392,25 @@ func TestPoolExhaustionIsBackendFailure(t *testing.T) {
 	b := newBackend(t, func(c *Config) { c.Engine.PoolSlots = 1 })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan *sandbox.Result)
+	done := make(chan *sandbox.Result, 1)
 	go func() {
-		sb, _ := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindWasm})
-		res, _ := sb.Run(ctx, inv(guest(t, "wat/spin"), "spin"))
-		done <- res
+		// The spinner may lose the race for the only slot to a probe
+		// below (BackendFailure): it tries again until it holds it, and
+		// only the cancel below ends it.
+		spin := inv(guest(t, "wat/spin"), "spin")
+		spin.Limits.Wall = 10 * time.Minute
+		for {
+			sb, _ := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindWasm})
+			res, err := sb.Run(ctx, spin)
+			if errors.Is(err, sandbox.BackendFailure) && ctx.Err() == nil {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			done <- res
+			return
+		}
 	}()
+	deadline := time.Now().Add(2 * time.Minute)
 	for { // wait until the spinner holds the only slot
 		sb, _ := b.Prepare(context.Background(), sandbox.Template{Kind: sandbox.KindWasm})
 		_, err := sb.Run(context.Background(), inv(guest(t, "wat/tiny"), "t"))
@@ -407,10 +420,13 @@ func TestPoolExhaustionIsBackendFailure(t *testing.T) {
 			}
 			break
 		}
+		if time.Now().After(deadline) {
+			t.Fatal("the spinner never held the pool's only slot")
+		}
 		time.Sleep(time.Millisecond)
 	}
 	cancel()
-	if res := <-done; res.Class != sandbox.Killed {
+	if res := <-done; res == nil || res.Class != sandbox.Killed {
 		t.Fatalf("spinner: %+v", res)
 	}
 }
