@@ -40,11 +40,22 @@ func (s *stub) listen() error {
 	return err
 }
 
+// serve returns once both servers serve, so that close can always shut
+// them down (Shutdown before a server started fails and leaves it running).
 func (s *stub) serve() {
 	h := dns.HandlerFunc(s.handle)
 	s.srv = []*dns.Server{{PacketConn: s.udp, Handler: h}, {Listener: s.tcp, Handler: h}}
 	for _, srv := range s.srv {
-		go srv.ActivateAndServe()
+		started, failed := make(chan struct{}), make(chan struct{})
+		srv.NotifyStartedFunc = func() { close(started) }
+		go func() {
+			_ = srv.ActivateAndServe() // fails only on a closed listener
+			close(failed)
+		}()
+		select {
+		case <-started:
+		case <-failed:
+		}
 	}
 }
 

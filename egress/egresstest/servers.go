@@ -91,8 +91,10 @@ func (r *Rig) startServers() error {
 			if err != nil {
 				return err
 			}
+			if err := activate(s); err != nil {
+				return err
+			}
 			r.closers = append(r.closers, s.Shutdown)
-			go s.ActivateAndServe()
 		}
 		return nil
 	})
@@ -243,4 +245,18 @@ func selfSigned() (tls.Certificate, error) {
 		return tls.Certificate{}, err
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
+}
+
+// activate starts s and returns once it serves: Shutdown before then fails
+// ("server not started") and leaves it serving.
+func activate(s *dns.Server) error {
+	started, failed := make(chan struct{}), make(chan error, 1)
+	s.NotifyStartedFunc = func() { close(started) }
+	go func() { failed <- s.ActivateAndServe() }()
+	select {
+	case <-started:
+		return nil
+	case err := <-failed:
+		return fmt.Errorf("dns server: %w", err)
+	}
 }
