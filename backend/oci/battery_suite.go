@@ -428,7 +428,7 @@ func atoi(s string) int {
 // the masked/read-only kernel paths the runtime mounts over.
 func declaredMount(mp string) bool {
 	switch mp {
-	case "/", "/proc", "/dev", "/dev/pts", "/dev/shm", "/dev/mqueue", "/sys", "/sys/fs/cgroup", "/tmp", agentPath, resolvConf,
+	case "/", "/proc", "/dev", "/dev/pts", "/dev/shm", "/dev/mqueue", "/sys", "/sys/fs/cgroup", "/tmp", agentPath, runnerPath, resolvConf,
 		"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/console", "/workspace":
 		return true
 	}

@@ -16,7 +16,10 @@ import (
 // a test needs it) are built once per machine, not per run.
 const testState = "/var/cache/wovyr-test/oci"
 
-var testAgent string // the wovyr-guest built for this run
+var (
+	testAgent  string // the wovyr-guest built for this run
+	testRunner string // the static wasm runner (cmd/wovyr), as make build installs it
+)
 
 func TestMain(m *testing.M) {
 	if os.Getuid() != 0 {
@@ -40,6 +43,15 @@ func runTests(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "build agent: %v\n%s", err, out)
 		return 1
 	}
+	// Every test runs the production configuration, which mounts the
+	// wasm runner into each sandbox (the battery's mount rows see it).
+	testRunner = filepath.Join(tmp, "wovyr-wasm")
+	build = exec.Command("go", "build", "-tags", "osusergo,netgo", "-ldflags", "-linkmode external -extldflags -static",
+		"-o", testRunner, "github.com/wovyr/wovyr/cmd/wovyr")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build the static wasm runner: %v\n%s", err, out)
+		return 1
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	imgs := filepath.Join(testState, "images")
@@ -54,5 +66,5 @@ func runTests(m *testing.M) int {
 
 func testConfig(t testing.TB) Config {
 	t.Helper()
-	return Config{StateDir: testState, Agent: testAgent}
+	return Config{StateDir: testState, Agent: testAgent, WasmRunner: testRunner}
 }

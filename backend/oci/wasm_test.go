@@ -36,21 +36,13 @@ int main(int argc, char **argv) {
 }
 `
 
-// wasmBackends builds the real runner — cmd/wovyr linked statically, as
-// production installs it — and the C test guest (clang, wasi-libc), and
-// returns both OCI backends with the runner configured, plus the guest.
+// wasmBackends returns both OCI backends with the real runner (cmd/wovyr
+// linked statically, as production installs it: TestMain builds it) and the
+// C test guest (clang, wasi-libc).
 func wasmBackends(t *testing.T) (map[string]*Backend, []byte) {
 	t.Helper()
-	dir := filepath.Join(testState, "wasm-test")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	runner, src, guest := filepath.Join(dir, "wovyr-wasm"), filepath.Join(dir, "guest.c"), filepath.Join(dir, "guest.wasm")
-	build := exec.Command("go", "build", "-tags", "osusergo,netgo", "-ldflags", "-linkmode external -extldflags -static",
-		"-o", runner, "github.com/wovyr/wovyr/cmd/wovyr")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("static runner: %v\n%s", err, out)
-	}
+	dir := t.TempDir()
+	src, guest := filepath.Join(dir, "guest.c"), filepath.Join(dir, "guest.wasm")
 	if err := os.WriteFile(src, []byte(wasmGuest), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +54,6 @@ func wasmBackends(t *testing.T) (map[string]*Backend, []byte) {
 		t.Fatal(err)
 	}
 	cfg := testConfig(t)
-	cfg.WasmRunner = runner
 	c, err := NewContainer(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +150,17 @@ func TestWasmSelection(t *testing.T) {
 	if err != nil || b.Name() != "gvisor" {
 		t.Fatalf("untrusted: %v, %v", b, err)
 	}
-	plain := newBackends(t)
+	cfg := testConfig(t)
+	cfg.WasmRunner = ""
+	pc, err := NewContainer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, err := NewGVisor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := map[string]*Backend{"container": pc, "gvisor": pg}
 	if _, err := sel(plain, sandbox.Policy{Trust: sandbox.Untrusted}); !errors.Is(err, sandbox.FloorUnmet) {
 		t.Fatalf("without a runner: %v, want floor-unmet", err)
 	}
