@@ -92,16 +92,18 @@ func newSandbox(ctx context.Context, b *Backend, id string, tmpl sandbox.Templat
 	if s.group, err = cgroup.New(fmt.Sprintf("%s/native/%s", cgroup.Prefix, id), s.limits); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: cgroup")
 	}
+	var visit *cgroup.Group
 	if s.visit {
-		sp.visit = s.group
+		visit = s.group
 	}
+	s.spawner = newSpawner(visit) // enters the group while the netns is made
 	if s.netns, s.slot, err = b.newNetwork(ctx); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: netns")
 	}
 	if sp.netns = s.netns; b.weak == battery.HostNetwork {
 		sp.netns = nil
 	}
-	if s.spawner, err = newSpawner(sp); err != nil {
+	if err = s.spawner.configure(sp); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: spawner")
 	}
 	return s, nil

@@ -58,10 +58,6 @@ type spawn struct {
 	join       bool     // false: the child stays out of the cgroup (positive controls only)
 	uid, gid   uint32
 	noNewPrivs bool
-	// visit, on cgroup v1, is the group the forking thread itself enters,
-	// so that the child is born in it and Run migrates nothing; nil: the
-	// child is moved in at its exec stop.
-	visit *cgroup.Group
 }
 
 // Where the forking thread is while it visits a group (cgroup v1):
@@ -93,7 +89,9 @@ var visitRun = []string{"memory", "freezer", "cpu"}
 // The goroutine never unlocks its thread, so the runtime ends the thread
 // with it and no tainted thread ever runs other goroutines.
 type spawner struct {
-	visit bool // the thread visits the group (spawn.visit)
+	visit bool // the thread visits the group
+	cfg   chan spawn
+	ready chan error
 	req   chan spawnReq
 	quit  chan struct{}
 	gone  chan struct{} // closed when the thread is done
@@ -107,30 +105,38 @@ type spawnReq struct {
 	started chan error
 }
 
-// newSpawner parks a thread configured by sp.
-func newSpawner(sp spawn) (*spawner, error) {
-	s := &spawner{visit: sp.visit != nil, req: make(chan spawnReq), quit: make(chan struct{}), gone: make(chan struct{})}
-	ready := make(chan error, 1)
+// newSpawner starts the thread. Where visit is not nil it enters visit's
+// groups at once (see Visit), overlapping the rest of Prepare; configure
+// then gives it the rest of what the child inherits.
+func newSpawner(visit *cgroup.Group) *spawner {
+	s := &spawner{visit: visit != nil, cfg: make(chan spawn), ready: make(chan error, 1),
+		req: make(chan spawnReq), quit: make(chan struct{}), gone: make(chan struct{})}
 	onOwnThread(func() {
 		defer close(s.gone)
 		var v *cgroup.Visit
-		if sp.visit != nil {
-			var err error
-			if v, err = sp.visit.NewVisit(); err == nil {
+		var verr error
+		if visit != nil {
+			if v, verr = visit.NewVisit(); verr == nil {
 				defer v.Close()
 				defer v.Leave() // before the thread ends: rmdir needs it out
-				err = v.Enter()
-			}
-			if err != nil {
-				ready <- err
-				return
+				verr = v.Enter()
 			}
 		}
-		if err := sp.enter(); err != nil {
-			ready <- err
+		var sp spawn
+		select {
+		case sp = <-s.cfg:
+		case <-s.quit:
 			return
 		}
-		ready <- nil
+		if verr != nil {
+			s.ready <- verr
+			return
+		}
+		if err := sp.enter(); err != nil {
+			s.ready <- err
+			return
+		}
+		s.ready <- nil
 		select {
 		case r := <-s.req:
 			if sp.serve(r, v) {
@@ -142,10 +148,18 @@ func newSpawner(sp spawn) (*spawner, error) {
 		case <-s.quit:
 		}
 	})
-	if err := <-ready; err != nil {
-		return nil, err
+	return s
+}
+
+// configure parks the thread configured by sp. Call it once; on error the
+// spawner is done (close it all the same).
+func (s *spawner) configure(sp spawn) error {
+	select {
+	case s.cfg <- sp:
+	case <-s.gone:
+		return errors.New("spawner already ended")
 	}
-	return s, nil
+	return <-s.ready
 }
 
 // onOwnThread runs fn on a locked OS thread that ends with fn, never the
