@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -176,6 +177,37 @@ func (g *Group) Pids() ([]int, error) {
 	return readPids(filepath.Join(dir, "cgroup.procs"))
 }
 
+// others is Pids without visitors: processes only some thread of which is
+// in the group (see Visit) — wovyr itself, or another wovyr whose groups a
+// reconcile removes. Kill never signals them and counts them as no member.
+// On v1 a visitor is a process whose leader is alive but not in the
+// group's tasks; a workload cannot move its leader out (the files are
+// root's), and a leader that exited while its threads run is a zombie.
+func (g *Group) others() ([]int, error) {
+	pids, err := g.Pids()
+	if err != nil || len(pids) == 0 {
+		return pids, err
+	}
+	self := os.Getpid()
+	var tasks []int
+	if !g.v2 {
+		tasks, _ = readPids(filepath.Join(g.ctrl("freezer"), "tasks"))
+	}
+	return slices.DeleteFunc(pids, func(p int) bool {
+		return p == self || !g.v2 && !slices.Contains(tasks, p) && !zombie(p)
+	}), nil
+}
+
+// zombie reports whether process p has exited and awaits its parent.
+func zombie(p int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
+}
+
 func readPids(file string) ([]int, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -218,7 +250,7 @@ func (g *Group) Usage() Stats {
 // Kill freezes the group, SIGKILLs every member and waits (bounded by ctx)
 // until it is empty. Freezing first means nothing can fork in between.
 func (g *Group) Kill(ctx context.Context) error {
-	if pids, err := g.Pids(); err == nil && len(pids) == 0 {
+	if pids, err := g.others(); err == nil && len(pids) == 0 {
 		return nil // the common case after a clean exit: nothing to freeze
 	}
 	freeze := filepath.Join(g.ctrl("freezer"), "freezer.state")
@@ -232,7 +264,7 @@ func (g *Group) Kill(ctx context.Context) error {
 	}
 	_ = os.WriteFile(freeze, []byte(frozen), 0)
 	for {
-		pids, err := g.Pids()
+		pids, err := g.others()
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				return nil
@@ -257,7 +289,7 @@ func (g *Group) Kill(ctx context.Context) error {
 
 func (g *Group) waitEmpty(ctx context.Context) error {
 	for delay := 100 * time.Microsecond; ; delay = min(2*delay, 20*time.Millisecond) {
-		pids, err := g.Pids()
+		pids, err := g.others()
 		if err != nil || len(pids) == 0 {
 			return nil
 		}

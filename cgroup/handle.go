@@ -35,12 +35,13 @@ type Handle struct {
 	cpu   *os.File
 	oom   *os.File
 	buf   []byte
+	own   int // wovyr's own threads counted in pids.current (see Visit)
 }
 
 // Open opens the files Add writes. The handle does not own g: Close it
 // before g.Destroy.
 func (g *Group) Open() (_ *Handle, err error) {
-	h := &Handle{g: g}
+	h := g.NewHandle()
 	for _, d := range g.dirs {
 		f, err := openRaw(filepath.Join(d, "cgroup.procs"), os.O_WRONLY)
 		if err != nil {
@@ -51,6 +52,10 @@ func (g *Group) Open() (_ *Handle, err error) {
 	}
 	return h, nil
 }
+
+// NewHandle is a handle with no files open, for a caller that adds no
+// process (its child was born inside) and wants only OpenUsage.
+func (g *Group) NewHandle() *Handle { return &Handle{g: g} }
 
 // OpenUsage opens the files Kill and Usage read; until it has succeeded
 // they read by path, like the Group's methods.
@@ -104,6 +109,10 @@ func (h *Handle) Add(pid int) error {
 	return nil
 }
 
+// Own says n of wovyr's own threads visit the group's pids controller
+// until Kill returns, so that Kill counts them as no workload.
+func (h *Handle) Own(n int) { h.own = n }
+
 // Kill is Group.Kill with the common case — the group is already empty —
 // answered from an open file: pids.current counts every task until it is
 // reaped.
@@ -111,7 +120,7 @@ func (h *Handle) Kill(ctx context.Context) error {
 	if h.count == nil {
 		return h.g.Kill(ctx)
 	}
-	if n, err := h.read(h.count); err == nil && strings.TrimSpace(string(h.buf[:n])) == "0" {
+	if n, err := h.read(h.count); err == nil && strings.TrimSpace(string(h.buf[:n])) == strconv.Itoa(h.own) {
 		return nil
 	}
 	return h.g.Kill(ctx)

@@ -44,6 +44,7 @@ type nativeSandbox struct {
 	group   *cgroup.Group
 	limits  cgroup.Limits // what group enforces now
 	netns   *os.File
+	visit   bool // the forking thread visits group (cgroup v1; see spawn)
 	spawner *spawner
 	slot    *egress.Slot // nil without Config.Network
 }
@@ -79,23 +80,30 @@ func newSandbox(ctx context.Context, b *Backend, id string, tmpl sandbox.Templat
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: workspace")
 	}
 	s.mounted = true
-	s.limits = b.groupLimits(tmpl.Limits.WithDefaults(), 0)
-	if s.group, err = cgroup.New(fmt.Sprintf("%s/native/%s", cgroup.Prefix, id), s.limits); err != nil {
-		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: cgroup")
-	}
-	if s.netns, s.slot, err = b.newNetwork(ctx); err != nil {
-		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: netns")
-	}
-	sp := spawn{netns: s.netns, join: true, uid: s.uid, gid: s.gid, noNewPrivs: true}
+	sp := spawn{join: true, uid: s.uid, gid: s.gid, noNewPrivs: true}
 	switch b.weak {
-	case battery.HostNetwork:
-		sp.netns = nil
 	case battery.KeepOrphans:
 		sp.join = false
 	case battery.RunAsRoot:
 		sp.noNewPrivs = false
 	}
-	if s.spawner, err = newSpawner(sp); err != nil {
+	s.visit = sp.join && !cgroup.V2()
+	s.limits = s.groupLimits(tmpl.Limits.WithDefaults(), 0)
+	if s.group, err = cgroup.New(fmt.Sprintf("%s/native/%s", cgroup.Prefix, id), s.limits); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: cgroup")
+	}
+	var visit *cgroup.Group
+	if s.visit {
+		visit = s.group
+	}
+	s.spawner = newSpawner(visit) // enters the group while the netns is made
+	if s.netns, s.slot, err = b.newNetwork(ctx); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: netns")
+	}
+	if sp.netns = s.netns; b.weak == battery.HostNetwork {
+		sp.netns = nil
+	}
+	if err = s.spawner.configure(sp); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: spawner")
 	}
 	return s, nil
@@ -145,7 +153,7 @@ func (s *nativeSandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sand
 	if err != nil {
 		return nil, sandbox.Wrap(sandbox.BadInput, err, "workload.argv")
 	}
-	if err := s.setLimits(s.b.groupLimits(lim, inv.Resources.CPUMillis)); err != nil {
+	if err := s.setLimits(s.groupLimits(lim, inv.Resources.CPUMillis)); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: cgroup limits")
 	}
 	return s.run(ctx, inv, prog, lim)
@@ -159,6 +167,16 @@ func (b *Backend) groupLimits(lim sandbox.Limits, cpuMillis int64) cgroup.Limits
 		cl.Pids = 0
 	case battery.NoMemoryLimit:
 		cl.Memory = 0
+	}
+	return cl
+}
+
+// groupLimits is b.groupLimits plus room in pids for the forking thread
+// while it visits the group.
+func (s *nativeSandbox) groupLimits(lim sandbox.Limits, cpuMillis int64) cgroup.Limits {
+	cl := s.b.groupLimits(lim, cpuMillis)
+	if s.visit && cl.Pids > 0 {
+		cl.Pids++
 	}
 	return cl
 }
@@ -250,11 +268,13 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	disarm := s.watch(ctx, lim.Wall, res)
 	err = cmd.Wait() // here, not on a waiter goroutine: one wake-up fewer
 	disarm()
-	s.spawner.close()
 	res.Usage.Wall = time.Since(res.Timings.Started)
 	// The leader is gone; whatever it left behind goes too, which also
-	// closes every copy of the output pipes.
-	if kerr := h.Kill(killCtx); kerr != nil {
+	// closes every copy of the output pipes. Then the forking thread,
+	// which Kill counts as no workload, may leave.
+	kerr := h.Kill(killCtx)
+	s.spawner.close()
+	if kerr != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, kerr, "native: kill leftovers")
 	}
 	drain.Wait()
@@ -335,6 +355,7 @@ func (s *nativeSandbox) Destroy(ctx context.Context) error {
 	var errs []error
 	if s.spawner != nil {
 		s.spawner.close()
+		s.spawner.wait() // out of the group before its rmdir
 	}
 	if s.group != nil {
 		errs = append(errs, s.group.Destroy(ctx))

@@ -60,6 +60,22 @@ type spawn struct {
 	noNewPrivs bool
 }
 
+// Where the forking thread is while it visits a group (cgroup v1):
+//
+//   - From Prepare on, in all of the group's controllers, so that the
+//     child is born inside them and Run's path moves nothing.
+//   - Once the workload runs, off Run's path, it leaves memory (so it
+//     charges nothing there), freezer (so Kill rarely meets it) and cpu (so
+//     the workload's quota never throttles it). The memcg OOM killer picks
+//     among processes by their leader, never a visiting thread's wovyr
+//     (TestOOMSparesWovyr checks that on the host).
+//   - It stays in pids (pids.max is one higher; the workload gets exactly
+//     its limit) and cpuacct (its fork is a few µs of the usage) until Run
+//     has killed leftovers, and leaves both before it ends.
+//
+// Kill and Reconcile skip a process whose leader is outside the group.
+var visitRun = []string{"memory", "freezer", "cpu"}
+
 // spawner is a sandbox's forking thread, made at Prepare and parked until
 // Run hands it the one command it starts.
 //
@@ -73,10 +89,13 @@ type spawn struct {
 // The goroutine never unlocks its thread, so the runtime ends the thread
 // with it and no tainted thread ever runs other goroutines.
 type spawner struct {
-	req  chan spawnReq
-	quit chan struct{}
-	gone chan struct{} // closed when the thread is done
-	stop sync.Once
+	visit bool // the thread visits the group
+	cfg   chan spawn
+	ready chan error
+	req   chan spawnReq
+	quit  chan struct{}
+	gone  chan struct{} // closed when the thread is done
+	stop  sync.Once
 }
 
 type spawnReq struct {
@@ -86,29 +105,61 @@ type spawnReq struct {
 	started chan error
 }
 
-// newSpawner parks a thread configured by sp.
-func newSpawner(sp spawn) (*spawner, error) {
-	s := &spawner{req: make(chan spawnReq), quit: make(chan struct{}), gone: make(chan struct{})}
-	ready := make(chan error, 1)
+// newSpawner starts the thread. Where visit is not nil it enters visit's
+// groups at once (see Visit), overlapping the rest of Prepare; configure
+// then gives it the rest of what the child inherits.
+func newSpawner(visit *cgroup.Group) *spawner {
+	s := &spawner{visit: visit != nil, cfg: make(chan spawn), ready: make(chan error, 1),
+		req: make(chan spawnReq), quit: make(chan struct{}), gone: make(chan struct{})}
 	onOwnThread(func() {
 		defer close(s.gone)
-		if err := sp.enter(); err != nil {
-			ready <- err
+		var v *cgroup.Visit
+		var verr error
+		if visit != nil {
+			if v, verr = visit.NewVisit(); verr == nil {
+				defer v.Close()
+				defer v.Leave() // before the thread ends: rmdir needs it out
+				verr = v.Enter()
+			}
+		}
+		var sp spawn
+		select {
+		case sp = <-s.cfg:
+		case <-s.quit:
 			return
 		}
-		ready <- nil
+		if verr != nil {
+			s.ready <- verr
+			return
+		}
+		if err := sp.enter(); err != nil {
+			s.ready <- err
+			return
+		}
+		s.ready <- nil
 		select {
 		case r := <-s.req:
-			if sp.serve(r) {
+			if sp.serve(r, v) {
+				if v != nil {
+					_ = v.Leave(visitRun...) // while the workload runs
+				}
 				<-s.quit // the child's parent lives until the child is reaped
 			}
 		case <-s.quit:
 		}
 	})
-	if err := <-ready; err != nil {
-		return nil, err
+	return s
+}
+
+// configure parks the thread configured by sp. Call it once; on error the
+// spawner is done (close it all the same).
+func (s *spawner) configure(sp spawn) error {
+	select {
+	case s.cfg <- sp:
+	case <-s.gone:
+		return errors.New("spawner already ended")
 	}
-	return s, nil
+	return <-s.ready
 }
 
 // onOwnThread runs fn on a locked OS thread that ends with fn, never the
@@ -170,7 +221,13 @@ func (s *spawner) start(cmd *exec.Cmd, limits *rlimits, g *cgroup.Group) (*cgrou
 	case <-s.gone:
 		return nil, errors.New("spawner already used")
 	}
-	h, err := g.Open()
+	var h *cgroup.Handle
+	var err error
+	if s.visit {
+		h = g.NewHandle() // the child is born inside: no cgroup.procs
+	} else {
+		h, err = g.Open()
+	}
 	r.group <- h
 	if err == nil {
 		// While the child starts; Add uses other files. On failure Kill
@@ -192,15 +249,19 @@ func (s *spawner) close() {
 	s.stop.Do(func() { close(s.quit) })
 }
 
-// serve runs on the parked thread and reports whether a child runs.
-func (sp spawn) serve(r spawnReq) bool {
+// wait waits until a closed spawner's thread has left the group.
+func (s *spawner) wait() { <-s.gone }
+
+// serve runs on the parked thread and reports whether a child runs. v is
+// the thread's visit to the group, nil when the child is moved in instead.
+func (sp spawn) serve(r spawnReq, v *cgroup.Visit) bool {
 	r.cmd.SysProcAttr.Ptrace = true
 	r.cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	if err := r.cmd.Start(); err != nil {
 		r.started <- err
 		return false
 	}
-	if err := sp.confine(r.cmd.Process.Pid, r.limits, <-r.group); err != nil {
+	if err := sp.confine(r.cmd.Process.Pid, r.limits, <-r.group, v); err != nil {
 		_ = r.cmd.Process.Kill()
 		_ = unix.PtraceDetach(r.cmd.Process.Pid)
 		_ = r.cmd.Wait()
@@ -212,7 +273,7 @@ func (sp spawn) serve(r spawnReq) bool {
 }
 
 // confine runs on the tracing thread while the child sits at its exec stop.
-func (sp spawn) confine(pid int, limits *rlimits, group *cgroup.Handle) error {
+func (sp spawn) confine(pid int, limits *rlimits, group *cgroup.Handle, v *cgroup.Visit) error {
 	var ws unix.WaitStatus
 	if _, err := unix.Wait4(pid, &ws, unix.WALL, nil); err != nil {
 		return fmt.Errorf("wait for exec stop: %w", err)
@@ -238,7 +299,9 @@ func (sp spawn) confine(pid int, limits *rlimits, group *cgroup.Handle) error {
 	if group == nil {
 		return errors.New("cgroup files could not be opened")
 	}
-	if sp.join {
+	if v != nil {
+		group.Own(1) // born inside; this thread still counts in pids
+	} else if sp.join {
 		if err := group.Add(pid); err != nil {
 			return err
 		}
