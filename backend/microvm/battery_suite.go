@@ -156,13 +156,13 @@ func (b *Backend) postureObs(ctx context.Context, tried string, pick func(findin
 			b.bat.postErr = err
 		} else {
 			vs := s.(*vmSandbox)
-			f := inspect(vs.m.Pid(), []string{b.probe.image.Dir, vs.dir})
+			f := inspect(vs.m.Pid(), []string{b.probe.image.Dir, vs.dir}, vs.net != nil)
 			if st := statusFields("/proc/" + strconv.Itoa(vs.m.Pid()) + "/status"); !strings.HasPrefix(st["Uid"], strconv.Itoa(int(vs.uid))+"\t") {
 				f.creds = append(f.creds, fmt.Sprintf("QEMU runs as %q, not its sandbox's uid %d", st["Uid"], vs.uid))
 			}
 			if b.cfg.weak == WeakProbeSelf {
 				root, _ := os.Open("/") // the control: a process holding the host's / open
-				f.fds = inspect(os.Getpid(), nil).fds
+				f.fds = inspect(os.Getpid(), nil, false).fds
 				root.Close()
 			}
 			b.bat.posture = &f

@@ -79,7 +79,7 @@ func (c *certifier) posture(ctx context.Context) ([]ProbeRecord, error) {
 	}
 	defer s.Destroy(context.WithoutCancel(ctx))
 	vs := s.(*vmSandbox)
-	good := inspect(vs.m.Pid(), []string{c.p.image.Dir, vs.dir})
+	good := inspect(vs.m.Pid(), []string{c.p.image.Dir, vs.dir}, vs.net != nil)
 
 	weak := c.b.spec(c.p, c.p.accel, "vm-control-"+randomID(), agent.ModeWarm, 128<<20)
 	weak.UID, weak.GID, weak.AllowRoot, weak.NoSandbox = 0, 0, true, true
@@ -106,7 +106,7 @@ func (c *certifier) posture(ctx context.Context) ([]ProbeRecord, error) {
 	if err := roundTrip(wm.Port(agent.PortControl), deadlineIn(c.b.cfg.bootTimeout(c.p.accel)), agent.VMJob{Job: agent.Job{ID: "ready"}}, &rep, 1<<20); err != nil {
 		return nil, fmt.Errorf("weakened control VM: %w; console: %s", err, tail(wm.Console(), 1024))
 	}
-	bad := inspect(wm.Pid(), []string{c.p.image.Dir})
+	bad := inspect(wm.Pid(), []string{c.p.image.Dir}, false)
 	// Probe 4's control: a process holding an open host directory (this
 	// one, with / open) must be flagged.
 	root, err := os.Open("/")
@@ -114,7 +114,7 @@ func (c *certifier) posture(ctx context.Context) ([]ProbeRecord, error) {
 		return nil, err
 	}
 	defer root.Close()
-	self := inspect(os.Getpid(), nil)
+	self := inspect(os.Getpid(), nil, false)
 
 	// Probe 49: the VMM runs as its sandbox's own uid, which no other
 	// sandbox shares; the control is the shared-account configuration.

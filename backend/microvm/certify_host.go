@@ -22,7 +22,10 @@ type findings struct {
 
 // inspect reads a VMM's posture from the host's /proc; allowed are the
 // directories whose regular files it may hold open.
-func inspect(pid int, allowed []string) findings {
+// inspect reads a VMM's posture. allowed are the directories its regular
+// files may come from; nic says the VM has its egress tap, the one
+// /dev/net/tun descriptor it may hold (a second would be flagged).
+func inspect(pid int, allowed []string, nic bool) findings {
 	var f findings
 	proc := filepath.Join("/proc", strconv.Itoa(pid))
 	tasks, _ := filepath.Glob(filepath.Join(proc, "task", "*", "status"))
@@ -53,7 +56,7 @@ func inspect(pid int, allowed []string) findings {
 			add("Seccomp=" + st["Seccomp"])
 		}
 	}
-	f.fds = classifyFDs(proc, allowed)
+	f.fds = classifyFDs(proc, allowed, nic)
 	f.limits = checkLimits(proc)
 	f.argv = lintArgv(proc)
 	return f
@@ -71,7 +74,7 @@ func statusFields(file string) map[string]string {
 	return out
 }
 
-func classifyFDs(proc string, allowed []string) []string {
+func classifyFDs(proc string, allowed []string, nic bool) []string {
 	ents, err := os.ReadDir(filepath.Join(proc, "fd"))
 	if err != nil {
 		return []string{"fd table unreadable: " + err.Error()}
@@ -86,6 +89,9 @@ func classifyFDs(proc string, allowed []string) []string {
 		switch {
 		case strings.HasPrefix(link, "pipe:"), strings.HasPrefix(link, "socket:"), strings.HasPrefix(link, "anon_inode:"),
 			slices.Contains([]string{"/dev/null", "/dev/kvm", "/dev/urandom", "/dev/random"}, link):
+			continue
+		case link == "/dev/net/tun" && nic:
+			nic = false // its own tap, once
 			continue
 		}
 		st, err := os.Stat(p)
