@@ -2,11 +2,15 @@ package oci
 
 import (
 	"bufio"
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/wovyr/wovyr/cgroup"
 )
 
 // assertNoLeftovers checks real host state after a sandbox is destroyed: no
@@ -79,4 +83,38 @@ func zombie(proc string) bool {
 	}
 	i := strings.LastIndexByte(string(b), ')')
 	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+}
+
+// TestReconcileSparesOtherStateDirs: Reconcile of one state directory
+// leaves alone a sandbox cgroup it has no scratch for — another daemon's or
+// test run's live sandbox — while it still removes its own stale ones.
+func TestReconcileSparesOtherStateDirs(t *testing.T) {
+	ctx := context.Background()
+	state := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(runDir(state), "sb"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := cgroup.New(cgroup.Prefix+"/_pool/wovyr-c-foreign"+fmt.Sprint(os.Getpid()), cgroup.Limits{Pids: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer foreign.Destroy(ctx)
+	ownID := "wovyr-c-own" + fmt.Sprint(os.Getpid())
+	own, err := cgroup.New(cgroup.Prefix+"/_pool/"+ownID, cgroup.Limits{Pids: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Destroy(ctx)
+	if err := os.MkdirAll(filepath.Join(runDir(state), "sb", ownID), 0o700); err != nil {
+		t.Fatal(err) // scratch with no live owner: stale
+	}
+	if _, err := Reconcile(ctx, state); err != nil {
+		t.Fatal(err)
+	}
+	if d := cgroupDirs(foreign.Path()); len(d) == 0 {
+		t.Errorf("another state directory's cgroup was removed")
+	}
+	if d := cgroupDirs(own.Path()); len(d) != 0 {
+		t.Errorf("this state directory's stale cgroup survived: %v", d)
+	}
 }

@@ -88,9 +88,18 @@ func Reconcile(ctx context.Context, stateDir string) (int, error) {
 		}
 		stale[id] = true
 	}
-	// 3. Cgroups of sandboxes whose owner is gone, in every hierarchy.
+	// 3. Cgroups of sandboxes whose owner is gone, in every hierarchy. Only
+	// this state directory's: a cgroup whose id has no scratch here (and
+	// was not found stale above) belongs to another state directory — a
+	// second daemon, a test run — whose live sandboxes must survive. What
+	// no state directory claims any more is the daemon's host-wide cgroup
+	// reconcile's ("all").
 	for _, rel := range ociCgroups() {
-		if id := filepath.Base(rel); !live(id) {
+		id := filepath.Base(rel)
+		if _, err := os.Stat(filepath.Join(run, "sb", id)); err != nil && !stale[id] {
+			continue
+		}
+		if !live(id) {
 			if err := removeCgroup(ctx, rel); err != nil {
 				errs = append(errs, err)
 			}
