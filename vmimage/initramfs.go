@@ -63,21 +63,9 @@ func WriteInitramfs(dst string, o InitramfsOptions) error {
 		c.File("bin/busybox", 0o755, bb)
 		c.Symlink("bin/sh", "busybox")
 	}
-	var list strings.Builder
-	for _, rel := range order {
-		b, err := os.ReadFile(filepath.Join(o.ModulesDir, rel))
-		if err != nil {
-			return fmt.Errorf("vmimage: module: %w", err)
-		}
-		name := filepath.Base(rel)
-		b = stripSignature(b)
-		if slim, err := slimModule(b); err == nil {
-			b = slim
-		}
-		c.File("lib/modules/"+name, 0o644, b)
-		list.WriteString(name + "\n")
+	if err := writeModules(c, o.ModulesDir, order, nil, "load.order"); err != nil {
+		return err
 	}
-	c.File("lib/modules/load.order", 0o644, []byte(list.String()))
 	if err := writeNetModules(c, o.ModulesDir, order); err != nil {
 		return err
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/wovyr/wovyr/agent"
 	"github.com/wovyr/wovyr/battery"
-	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/egress/egresstest"
 	"github.com/wovyr/wovyr/egress/netns"
 	"github.com/wovyr/wovyr/sandbox"
@@ -109,20 +108,11 @@ func (r *egressRun) lateAllowed() []string {
 const egressTag = "mb"
 
 func (b *Backend) runEgress(ctx context.Context, probe []byte, r *egressRun) (err error) {
-	rig, err := egresstest.New(ctx, egressTag)
+	rig, svc, stop, err := egresstest.NewWithService(ctx, egressTag, b.cfg.Logger)
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, rig.Close()) }()
-	cfg := rig.Config()
-	if err := egress.Reconcile(ctx, cfg, b.cfg.Logger); err != nil {
-		return err
-	}
-	svc, err := egress.NewService(ctx, cfg, b.cfg.Logger)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, svc.Close(context.WithoutCancel(ctx))) }()
+	defer func() { err = errors.Join(err, stop()) }()
 	peer, err := svc.NewSlot(ctx) // another tenant's slot
 	if err != nil {
 		return err

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/wovyr/wovyr/battery"
-	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/egress/egresstest"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -118,31 +116,16 @@ func runEgressTable(ctx context.Context, tb *Backend, img string) (r *egressRun)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	rig, err := egresstest.New(ctx, egressTag)
+	rig, svc, stop, err := egresstest.NewWithService(ctx, egressTag, nil)
 	if err != nil {
 		r.err = fmt.Errorf("egress rig: %w", err)
 		return r
 	}
-	cfg := rig.Config()
-	var svc *egress.Service
 	defer func() {
-		var errs []error
-		if svc != nil {
-			errs = append(errs, svc.Close(context.WithoutCancel(ctx)))
-		}
-		errs = append(errs, rig.Close())
-		if err := errors.Join(errs...); err != nil && r.err == nil {
+		if err := stop(); err != nil && r.err == nil {
 			r.err = fmt.Errorf("egress rig teardown: %w", err)
 		}
 	}()
-	if err := egress.Reconcile(ctx, cfg, nil); err != nil {
-		r.err = err
-		return r
-	}
-	if svc, err = egress.NewService(ctx, cfg, slog.New(slog.DiscardHandler)); err != nil {
-		r.err = err
-		return r
-	}
 	c := tb.withNetwork(svc)
 	tmpl := sandbox.Template{Kind: sandbox.KindCommand, Image: img, Limits: sandbox.Limits{Pids: 512, Disk: 64 << 20}}
 	var sbs []*Sandbox
