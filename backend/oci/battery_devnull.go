@@ -51,7 +51,7 @@ func devNullAttempt(ctx context.Context, b *Backend, d *driver) (string, bool) {
 	id := newID(b.gvisor)
 	bundle := filepath.Join(b.run, "sb", id)
 	defer os.RemoveAll(bundle)
-	sl, err := acquireSlot(b.run, b.cfg.UIDBase, b.cfg.Slots)
+	sl, err := acquireSlot(b.cfg.UIDBase, b.cfg.Slots)
 	if err != nil {
 		return err.Error(), false
 	}

@@ -58,7 +58,7 @@ func rawBundle(b *testing.B, be *Backend, argv []string) string {
 	dir := sc.dir
 	// Its own uid range too: the raw container must not share one with a
 	// live sandbox of another run.
-	sl, err := acquireSlot(be.run, be.cfg.UIDBase, be.cfg.Slots)
+	sl, err := acquireSlot(be.cfg.UIDBase, be.cfg.Slots)
 	if err != nil {
 		b.Fatal(err)
 	}

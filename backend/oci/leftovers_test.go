@@ -118,3 +118,27 @@ func TestReconcileSparesOtherStateDirs(t *testing.T) {
 		t.Errorf("this state directory's stale cgroup survived: %v", d)
 	}
 }
+
+// TestSlotsAreHostWide: uid ranges are handed out through host-wide locks
+// (no state directory in the call), so a second daemon or test run with
+// another state directory can never get a range a live sandbox holds.
+func TestSlotsAreHostWide(t *testing.T) {
+	base := uint32(3<<30) + uint32(os.Getpid()%1000)*4*rangeSize // a base no other run uses
+	a, err := acquireSlot(base, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.release()
+	b, err := acquireSlot(base, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.release()
+	if a.ids.HostUID == b.ids.HostUID {
+		t.Fatalf("two live slots share host uid %d", a.ids.HostUID)
+	}
+	if _, err := acquireSlot(base, 2); err == nil || !strings.Contains(err.Error(), "all 2 uid ranges are in use") {
+		t.Fatalf("third slot: %v, want all 2 uid ranges in use", err)
+	}
+	defer os.RemoveAll(filepath.Join(slotLocks, strconv.FormatUint(uint64(base), 10)))
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 
@@ -53,10 +54,15 @@ type slot struct {
 	lock *os.File
 }
 
-// acquireSlot takes the first free range. Ranges are distinct between live
-// sandboxes of every wovyr process sharing the state directory.
-func acquireSlot(run string, base uint32, slots int) (*slot, error) {
-	dir := filepath.Join(run, "slots")
+// slotLocks is where uid-range locks live: host-wide, not in a state
+// directory, so that two daemons (or test runs) with different state
+// directories never hand the same host uids to two live sandboxes.
+const slotLocks = "/run/wovyr/oci-slots"
+
+// acquireSlot takes the first free range of those starting at base. Ranges
+// are distinct between live sandboxes of every wovyr process on the host.
+func acquireSlot(base uint32, slots int) (*slot, error) {
+	dir := filepath.Join(slotLocks, strconv.FormatUint(uint64(base), 10))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}

@@ -134,7 +134,7 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 			s.slot = &slot{ids: b.rangeFor()} // every sandbox on one range, unlocked
 			return nil
 		}
-		s.slot, err = acquireSlot(b.run, b.cfg.UIDBase, b.cfg.Slots)
+		s.slot, err = acquireSlot(b.cfg.UIDBase, b.cfg.Slots)
 		return err
 	}); err != nil {
 		return nil, err
