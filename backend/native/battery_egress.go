@@ -2,7 +2,6 @@ package native
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -145,20 +144,13 @@ func runEgress(ctx context.Context, tb *Backend, probe []byte) (r *egressRun) {
 	sb, peer := sbs[0], sbs[1]
 	gw := sb.slot.Gateway().String()
 	r.Rows = egresstest.SandboxTable(gw, peer.slot.Addr().String())
-	js, err := json.Marshal(egresstest.TableSpec(r.Rows, rig.CAPEM, gw))
+	r.summary = fmt.Sprintf("%d checks, slot %s, rig %s", len(r.Rows), sb.slot.Addr(), filepath.Base(rig.HostNetns))
+	inv, err := egresstest.TableInvocation("battery-egress-"+sb.id, "", filepath.Join(sb.dir, "egressprobe"), r.Rows, rig.CAPEM, gw, probe)
 	if err != nil {
 		r.err = err
 		return r
 	}
-	r.summary = fmt.Sprintf("%d checks, slot %s, rig %s", len(r.Rows), sb.slot.Addr(), filepath.Base(rig.HostNetns))
-	res, err := sb.Run(ctx, &sandbox.Invocation{
-		ID: "battery-egress-" + sb.id, Tenant: "wovyr-battery",
-		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: []string{filepath.Join(sb.dir, "egressprobe")},
-			Env:   []string{egresstest.ProbeEnv + "=" + string(js)},
-			Files: []sandbox.File{{Path: "egressprobe", Data: probe, Mode: 0o755}}},
-		Limits: sandbox.Limits{Wall: 2 * time.Minute, Pids: 512, Disk: 64 << 20},
-		Policy: sandbox.Policy{Trust: sandbox.Trusted, Network: egresstest.TenantPolicy},
-	})
+	res, err := sb.Run(ctx, inv)
 	if err != nil {
 		r.err = err
 		return r

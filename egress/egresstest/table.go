@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wovyr/wovyr/netpolicy"
 	"github.com/wovyr/wovyr/sandbox"
@@ -231,6 +232,25 @@ func TableSpec(rows []Row, ca []byte, gw string) ProbeSpec {
 	child.Checks = Checks(ChildRows(rows))
 	spec.Child = &child
 	return spec
+}
+
+// TableInvocation runs the static probe (shipped as a workload file and
+// started as argv0, where the sandbox puts its workspace) on rows, as a
+// trusted job under TenantPolicy: what the backends' egress battery rows
+// run in a slot whose gateway is gw.
+func TableInvocation(id, img, argv0 string, rows []Row, ca []byte, gw string, probe []byte) (*sandbox.Invocation, error) {
+	js, err := json.Marshal(TableSpec(rows, ca, gw))
+	if err != nil {
+		return nil, err
+	}
+	return &sandbox.Invocation{
+		ID: id, Tenant: "wovyr-battery",
+		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Image: img, Argv: []string{argv0},
+			Env:   []string{ProbeEnv + "=" + string(js)},
+			Files: []sandbox.File{{Path: "egressprobe", Data: probe, Mode: 0o755}}},
+		Limits: sandbox.Limits{Wall: 2 * time.Minute, Pids: 512, Disk: 64 << 20},
+		Policy: sandbox.Policy{Trust: sandbox.Trusted, Network: TenantPolicy},
+	}, nil
 }
 
 // ParseReport checks that a probe invocation ended normally and decodes
