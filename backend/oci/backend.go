@@ -36,6 +36,8 @@ type Backend struct {
 
 	nsMu    sync.Mutex
 	nsCache map[idmap.Range]*os.File // see userns
+
+	placer *cpuPlacer // pooled gVisor only: each sandbox's CPU (cpus.go)
 }
 
 // NewContainer returns the container backend: crun, runc as fallback, or
@@ -58,6 +60,11 @@ func newBackend(cfg Config, name string, s sandbox.Strength, gvisor bool) (*Back
 		return nil, err
 	}
 	b := &Backend{cfg: cfg, name: name, strength: s, gvisor: gvisor, run: runDir(cfg.StateDir)}
+	if gvisor && cfg.Pooled {
+		if b.placer, err = newCPUPlacer(); err != nil {
+			return nil, err
+		}
+	}
 	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "run"), b.run, filepath.Join(b.run, "sb"), filepath.Join(b.run, "bin")} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return nil, fmt.Errorf("oci: state dir: %w", err)

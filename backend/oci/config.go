@@ -54,6 +54,17 @@ type Config struct {
 	DefaultImage string
 	// Logger receives lifecycle logs. Nil discards them.
 	Logger *slog.Logger
+	// Pooled prepares sandboxes that wait in a warm pool for their claim,
+	// trading a slower Prepare for a faster claimed Run:
+	//   - Prepare runs one tenant-neutral exec (the template's /bin/sh -c :)
+	//     before it returns: a sandbox's first exec pays for cold caches
+	//     (under gVisor the Sentry's first new address space and its file
+	//     cache of the template's binaries);
+	//   - gVisor sandboxes are born on one host CPU each (cpus.go), which
+	//     keeps an idle sandbox's first exec fast but slows the Sentry's
+	//     boot.
+	// One-shot use leaves it off: there both would only add.
+	Pooled bool
 	// Network, if set, gives container sandboxes allowlisted egress: each
 	// is prepared inside its own slot of this service (deny-all until Run
 	// applies the tenant's policy; see egress.go). Nil: a loopback-only

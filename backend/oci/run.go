@@ -163,6 +163,11 @@ func (s *Sandbox) claim(inv *sandbox.Invocation, lim sandbox.Limits) error {
 	} else if err := s.setLimits(lim, inv.Resources.CPUMillis); err != nil {
 		return err
 	}
+	if s.b.placer != nil && inv.Resources.CPUMillis > 1000 {
+		if err := s.widen(); err != nil {
+			return err
+		}
+	}
 	// Usage counts from the claim on: the sandbox's start-up (runtime,
 	// agent, Sentry) is not the tenant's.
 	s.base = resetUsage(s.tenant)
@@ -172,6 +177,22 @@ func (s *Sandbox) claim(inv *sandbox.Invocation, lim sandbox.Limits) error {
 		}
 	}
 	return nil
+}
+
+// widen lets a gVisor sandbox, born on one CPU (cpus.go), use all the
+// backend's CPUs, for a claim that asks for more than one core.
+func (s *Sandbox) widen() error {
+	all := s.b.placer.all()
+	for pass := 0; pass < 4; pass++ {
+		n, err := setAffinity(cgroupProcs(poolCgroup(s.id)), all)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("cpu affinity: tasks of %s kept appearing pinned", s.id)
 }
 
 // claimMoving is the KeepOrphans positive control's claim: a separate group

@@ -178,6 +178,11 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 	if err := step("ready", func() error { return s.ready(ctx) }); err != nil {
 		return nil, err
 	}
+	if b.cfg.Pooled {
+		if err := step("warm-up", func() error { return s.warmUp(ctx) }); err != nil {
+			return nil, err
+		}
+	}
 	b.cfg.Logger.Debug("sandbox prepared", "backend", b.name, "id", s.id, "image", name, "runtime", d.name, "uid", s.slot.ids.HostUID)
 	return s, nil
 }
@@ -311,7 +316,13 @@ func (s *Sandbox) create(ctx context.Context) error {
 	cmd.Dir = s.dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
-	err = cmd.Start()
+	if s.b.placer != nil {
+		cpu, release := s.b.placer.acquire()
+		s.defer1(func(context.Context) error { release(); return nil })
+		err = startOnCPU(cmd, cpu)
+	} else {
+		err = cmd.Start()
+	}
 	inR.Close()
 	outW.Close()
 	errW.Close()
@@ -430,6 +441,21 @@ func (s *Sandbox) ready(ctx context.Context) error {
 		return err
 	}
 	s.leaf = g
+	return nil
+}
+
+// warmUp runs the template's shell once, before any tenant (Config.Pooled).
+// A template without /bin/sh still warms the exec path: the failed lookup
+// is not an error; a broken agent is.
+func (s *Sandbox) warmUp(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	rep, err := s.client.Do(ctx, agent.Job{ID: "warm-up", Argv: []string{"/bin/sh", "-c", ":"}, Wall: 10 * time.Second, Output: 4096})
+	if err != nil {
+		return fmt.Errorf("agent did not answer: %w: %s", err, tail(s.stderr.Bytes(), 800))
+	}
+	s.b.cfg.Logger.Debug("warm-up", "backend", s.b.name, "id", s.id, "exit", rep.ExitCode, "err", rep.Error, "took", time.Since(start))
 	return nil
 }
 

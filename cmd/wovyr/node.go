@@ -63,11 +63,13 @@ type nodeOptions struct {
 	// sandboxes have no network at all. gVisor refuses allowlists either
 	// way (ADR 0009).
 	network *egress.Service
-	// warmVMs makes microVM Prepare boot the VM, so that pooled VMs answer
-	// over their control channel; one-shot commands boot per invocation
-	// instead (the block-device protocol). Both modes share a
-	// certification: the battery runs both.
-	warmVMs bool
+	// pooled prepares sandboxes for the daemon's warm pools: microVM
+	// Prepare boots the VM, so that pooled VMs answer over their control
+	// channel (one-shot commands boot per invocation instead, through the
+	// block-device protocol; both modes share a certification: the battery
+	// runs both), and container and gVisor Prepare run a warm-up exec
+	// (oci.Config.Pooled).
+	pooled bool
 }
 
 // newNode constructs every backend, without a manager.
@@ -95,7 +97,7 @@ func newNode(g *globals, log *slog.Logger, o nodeOptions) (*node, error) {
 		return nil, err
 	}
 	n.backends = []sandbox.Backend{n.native, n.wasm}
-	ocfg := oci.Config{StateDir: g.stateDir, Agent: g.guest, Logger: n.log, Network: network, WasmRunner: wasmRunner()}
+	ocfg := oci.Config{StateDir: g.stateDir, Agent: g.guest, Logger: n.log, Network: network, WasmRunner: wasmRunner(), Pooled: o.pooled}
 	ccfg := ocfg
 	ccfg.Runtime = g.containerRuntime
 	for _, mk := range []func() (*oci.Backend, error){
@@ -113,7 +115,7 @@ func newNode(g *globals, log *slog.Logger, o nodeOptions) (*node, error) {
 		n.oci = append(n.oci, b)
 		n.backends = append(n.backends, b)
 	}
-	if n.microvm, err = microvm.New(microvm.Config{StateDir: g.stateDir, Logger: n.log, Network: network, Warm: o.warmVMs}); err != nil {
+	if n.microvm, err = microvm.New(microvm.Config{StateDir: g.stateDir, Logger: n.log, Network: network, Warm: o.pooled}); err != nil {
 		return nil, err
 	}
 	n.backends = append(n.backends, n.microvm)

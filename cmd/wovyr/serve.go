@@ -87,7 +87,7 @@ func (c *serveCmd) run(ctx context.Context, g *globals) error {
 	if network != nil {
 		defer network.Close(context.WithoutCancel(ctx))
 	}
-	n, err := newNode(g, log, nodeOptions{network: network, warmVMs: true})
+	n, err := newNode(g, log, nodeOptions{network: network, pooled: true})
 	if err != nil {
 		return err
 	}
