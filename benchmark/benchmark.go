@@ -19,6 +19,9 @@ type Pair struct {
 	Peer    func() error
 	// PeerName describes the peer, e.g. "os/exec /bin/true".
 	PeerName string
+	// Setup, if set, runs before every round (one Subject and one Peer
+	// call, warm-up rounds included), untimed: Warm.Refill.
+	Setup func() error
 }
 
 // Row is a measured pair.
@@ -34,6 +37,9 @@ type Row struct {
 // side goes first, and returns the medians.
 func Measure(p Pair, n, warmup int) (Row, error) {
 	for range warmup {
+		if err := setup(p); err != nil {
+			return Row{}, err
+		}
 		if err := p.Subject(); err != nil {
 			return Row{}, fmt.Errorf("%s: %w", p.Name, err)
 		}
@@ -50,6 +56,9 @@ func Measure(p Pair, n, warmup int) (Row, error) {
 		return err
 	}
 	for i := range n {
+		if err := setup(p); err != nil {
+			return Row{}, err
+		}
 		first, second := p.Subject, p.Peer
 		fi, si := &subj, &peer
 		if i%2 == 1 {
@@ -67,6 +76,16 @@ func Measure(p Pair, n, warmup int) (Row, error) {
 		SubjectP99: Quantile(subj, 0.99), PeerP99: Quantile(peer, 0.99)}
 	r.Ratio = float64(r.Subject) / float64(r.Peer)
 	return r, nil
+}
+
+func setup(p Pair) error {
+	if p.Setup == nil {
+		return nil
+	}
+	if err := p.Setup(); err != nil {
+		return fmt.Errorf("%s setup: %w", p.Name, err)
+	}
+	return nil
 }
 
 // Quantile returns the q-quantile (nearest rank) of ds.

@@ -46,7 +46,11 @@ type nativeSandbox struct {
 	netns   *os.File
 	visit   bool // the forking thread visits group (cgroup v1; see spawn)
 	spawner *spawner
-	slot    *egress.Slot // nil without Config.Network
+	// handle and pipes are opened at Prepare, off Run's path: four cgroup
+	// file opens and three pipes cost ~0.15 ms of CPU per Run otherwise.
+	handle *cgroup.Handle
+	pipes  *pipes
+	slot   *egress.Slot // nil without Config.Network
 }
 
 // newSandbox makes the tenant-neutral parts ahead of any invocation: the
@@ -95,6 +99,15 @@ func newSandbox(ctx context.Context, b *Backend, id string, tmpl sandbox.Templat
 	var visit *cgroup.Group
 	if s.visit {
 		visit = s.group
+		s.handle = s.group.NewHandle() // the child is born inside: no cgroup.procs
+	} else if s.handle, err = s.group.Open(); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: cgroup")
+	}
+	if err = s.handle.OpenUsage(); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: cgroup")
+	}
+	if s.pipes, err = newPipes(); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: pipes")
 	}
 	s.spawner = newSpawner(visit) // enters the group while the netns is made
 	if s.netns, s.slot, err = b.newNetwork(ctx); err != nil {
@@ -210,10 +223,7 @@ func (s *nativeSandbox) setLimits(cl cgroup.Limits) error {
 }
 
 func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog string, lim sandbox.Limits) (*sandbox.Result, error) {
-	p, err := newPipes()
-	if err != nil {
-		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: pipes")
-	}
+	p := s.pipes
 	defer p.close()
 	cmd := exec.Command(prog)
 	cmd.Args = inv.Workload.Argv
@@ -237,14 +247,14 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	}
 	res := &sandbox.Result{ID: inv.ID, Backend: s.b.Name()}
 	res.Timings.Started = time.Now()
-	h, err := s.spawner.start(cmd, rl, s.group)
-	if err != nil {
+	h := s.handle
+	defer h.Close()
+	if err := s.spawner.start(cmd, rl, h); err != nil {
 		if st, serr := os.Stat(prog); serr != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
 			return nil, sandbox.Wrap(sandbox.BadInput, err, "workload.argv: cannot execute %s", prog)
 		}
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: start")
 	}
-	defer h.Close()
 	p.closeChildEnds()
 
 	if s.b.weak == battery.NoOutputCap {
@@ -254,19 +264,23 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	var drain sync.WaitGroup
 	drain.Go(func() { copyQuiet(stdout, p.stdoutR) })
 	drain.Go(func() { copyQuiet(stderr, p.stderrR) })
-	go func() {
-		// Stdin is fed in the background; EPIPE from a workload that never
-		// reads it is not an error.
-		p.stdinW.Write(inv.Workload.Stdin)
-		p.stdinW.Close()
-	}()
+	if len(inv.Workload.Stdin) == 0 {
+		p.stdinW.Close() // EOF at once, and no goroutine to wake
+	} else {
+		go func() {
+			// Stdin is fed in the background; EPIPE from a workload that
+			// never reads it is not an error.
+			p.stdinW.Write(inv.Workload.Stdin)
+			p.stdinW.Close()
+		}()
+	}
 
 	if s.b.weak == battery.NoDeadline {
 		lim.Wall = 1 << 62
 	}
 	killCtx := context.WithoutCancel(ctx)
 	disarm := s.watch(ctx, lim.Wall, res)
-	err = cmd.Wait() // here, not on a waiter goroutine: one wake-up fewer
+	err := cmd.Wait() // here, not on a waiter goroutine: one wake-up fewer
 	disarm()
 	res.Usage.Wall = time.Since(res.Timings.Started)
 	// The leader is gone; whatever it left behind goes too, which also
@@ -356,6 +370,12 @@ func (s *nativeSandbox) Destroy(ctx context.Context) error {
 	if s.spawner != nil {
 		s.spawner.close()
 		s.spawner.wait() // out of the group before its rmdir
+	}
+	if s.pipes != nil {
+		s.pipes.close()
+	}
+	if s.handle != nil {
+		_ = s.handle.Close() // before the group's rmdir
 	}
 	if s.group != nil {
 		errs = append(errs, s.group.Destroy(ctx))

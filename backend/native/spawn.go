@@ -100,8 +100,8 @@ type spawner struct {
 
 type spawnReq struct {
 	cmd     *exec.Cmd
-	limits  *rlimits            // nil: inherit wovyr's (positive controls only)
-	group   chan *cgroup.Handle // nil handle: the start fails
+	limits  *rlimits       // nil: inherit wovyr's (positive controls only)
+	group   *cgroup.Handle // the sandbox's, opened at Prepare
 	started chan error
 }
 
@@ -207,40 +207,18 @@ func (sp spawn) enter() error {
 }
 
 // start has the parked thread start cmd confined: stopped at its execve
-// (traced), given its rlimits and moved into g, then released. On error the
+// (traced), given its rlimits and moved into h's group (or, where the
+// thread visits the group, born inside it), then released. On error the
 // child is killed and reaped. The caller waits for cmd and then calls
 // close. A spawner starts one command.
-//
-// Opening g's files is most of what a cgroup move costs, so start opens
-// them here while the thread forks and the child execs, and returns the
-// handle (usage files included) for the caller to use and close.
-func (s *spawner) start(cmd *exec.Cmd, limits *rlimits, g *cgroup.Group) (*cgroup.Handle, error) {
-	r := spawnReq{cmd: cmd, limits: limits, group: make(chan *cgroup.Handle, 1), started: make(chan error, 1)}
+func (s *spawner) start(cmd *exec.Cmd, limits *rlimits, h *cgroup.Handle) error {
+	r := spawnReq{cmd: cmd, limits: limits, group: h, started: make(chan error, 1)}
 	select {
 	case s.req <- r:
 	case <-s.gone:
-		return nil, errors.New("spawner already used")
+		return errors.New("spawner already used")
 	}
-	var h *cgroup.Handle
-	var err error
-	if s.visit {
-		h = g.NewHandle() // the child is born inside: no cgroup.procs
-	} else {
-		h, err = g.Open()
-	}
-	r.group <- h
-	if err == nil {
-		// While the child starts; Add uses other files. On failure Kill
-		// and Usage read by path.
-		_ = h.OpenUsage()
-	}
-	if serr := <-r.started; serr != nil {
-		if h != nil {
-			h.Close()
-		}
-		return nil, serr
-	}
-	return h, nil
+	return <-r.started
 }
 
 // close ends the parked thread. Once a command started, call it only after
@@ -261,7 +239,7 @@ func (sp spawn) serve(r spawnReq, v *cgroup.Visit) bool {
 		r.started <- err
 		return false
 	}
-	if err := sp.confine(r.cmd.Process.Pid, r.limits, <-r.group, v); err != nil {
+	if err := sp.confine(r.cmd.Process.Pid, r.limits, r.group, v); err != nil {
 		_ = r.cmd.Process.Kill()
 		_ = unix.PtraceDetach(r.cmd.Process.Pid)
 		_ = r.cmd.Wait()
@@ -295,9 +273,6 @@ func (sp spawn) confine(pid int, limits *rlimits, group *cgroup.Handle, v *cgrou
 		if err := errors.Join(errs...); err != nil {
 			return fmt.Errorf("prlimit: %w", err)
 		}
-	}
-	if group == nil {
-		return errors.New("cgroup files could not be opened")
 	}
 	if v != nil {
 		group.Own(1) // born inside; this thread still counts in pids

@@ -33,6 +33,10 @@ func benchMain(ctx context.Context, g *globals, args []string) int {
 	return 0
 }
 
+// benchPoolSize is how many sandboxes the prepared case holds ready, as a
+// warm pool of that size would.
+const benchPoolSize = 16
+
 func nativeBench(ctx context.Context, nd *node, n int) ([]benchmark.Row, error) {
 	b := nd.native
 	inv := &sandbox.Invocation{Tenant: "bench", Policy: sandbox.Policy{Trust: sandbox.Trusted},
@@ -47,27 +51,11 @@ func nativeBench(ctx context.Context, nd *node, n int) ([]benchmark.Row, error) 
 		}
 		return nil
 	}
-	// Prepared ahead, as a pool holds them, and destroyed after the run:
-	// the run is what an invocation waits for.
-	var ready, used []sandbox.Sandbox
-	defer func() {
-		for _, sb := range append(ready, used...) {
-			sb.Destroy(ctx)
-		}
-	}()
-	for range n + 10 {
-		sb, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
-		if err != nil {
-			return nil, err
-		}
-		ready = append(ready, sb)
-	}
-	prepared := func() error {
-		sb := ready[len(ready)-1]
-		ready = ready[:len(ready)-1]
-		used = append(used, sb)
-		return check(sb.Run(ctx, inv))
-	}
+	// Prepared ahead, as a pool holds them (benchmark.Warm): the run is what
+	// an invocation waits for.
+	warm := benchmark.NewWarm(ctx, b, sandbox.Template{Kind: sandbox.KindCommand}, benchPoolSize)
+	defer warm.Close()
+	prepared := func() error { return check(warm.Take().Run(ctx, inv)) }
 	cold := func() error {
 		sb, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
 		if err != nil {
@@ -78,7 +66,7 @@ func nativeBench(ctx context.Context, nd *node, n int) ([]benchmark.Row, error) 
 	}
 	var rows []benchmark.Row
 	for _, p := range []benchmark.Pair{
-		{Name: "native run of /bin/true (prepared sandbox)", Subject: prepared, Peer: rawTrue, PeerName: "os/exec /bin/true"},
+		{Name: "native run of /bin/true (prepared sandbox)", Subject: prepared, Peer: rawTrue, PeerName: "os/exec /bin/true", Setup: warm.Refill},
 		{Name: "native cold: prepare+run+destroy", Subject: cold, Peer: rawTrue, PeerName: "os/exec /bin/true"},
 	} {
 		r, err := benchmark.Measure(p, n, 10)
