@@ -221,3 +221,41 @@ func TestReconcileRemovesLeftoverWorkspaces(t *testing.T) {
 	ns.mounted = false
 	sb.Destroy(context.Background())
 }
+
+// TestNoDescriptorLeaks: what Prepare opens ahead of Run (cgroup files,
+// stdio pipes, the netns) is closed by Destroy, whether the sandbox ran,
+// failed to start, or never ran at all.
+func TestNoDescriptorLeaks(t *testing.T) {
+	b := newBackend(t)
+	ctx := context.Background()
+	count := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	cycle := func(argv ...string) {
+		sb, err := b.Prepare(ctx, sandbox.Template{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if argv != nil {
+			_, _ = sb.Run(ctx, &sandbox.Invocation{Tenant: "t", Policy: sandbox.Policy{Trust: sandbox.Trusted},
+				Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: argv, Stdin: []byte("x")}})
+		}
+		if err := sb.Destroy(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle("/bin/true") // the first run may open lasting runtime descriptors
+	before := count()
+	for range 5 {
+		cycle()
+		cycle("/bin/cat")
+		cycle("/nonexistent/program")
+	}
+	if after := count(); after != before {
+		t.Errorf("open descriptors %d before, %d after 15 sandboxes", before, after)
+	}
+}
