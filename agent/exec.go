@@ -19,7 +19,11 @@ const defaultPath = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbi
 
 // Execute runs one job to completion inside the sandbox and never panics on
 // bad input: a job that cannot start yields a Reply with Error set.
-func Execute(ctx context.Context, job Job) Reply {
+func Execute(ctx context.Context, job Job) Reply { return execute(ctx, job, nil) }
+
+// execute is Execute; attr, if set, adds to the child's SysProcAttr (the
+// microVM's agent starts the job inside its cgroup).
+func execute(ctx context.Context, job Job, attr func(*syscall.SysProcAttr)) Reply {
 	rep := Reply{ID: job.ID}
 	if len(job.Argv) == 0 {
 		rep.ExitCode, rep.Error = 127, "empty argv"
@@ -43,6 +47,9 @@ func Execute(ctx context.Context, job Job) Reply {
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	// Own process group so a deadline kills the whole tree, not the leader.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if attr != nil {
+		attr(cmd.SysProcAttr)
+	}
 	cmd.WaitDelay = 100 * time.Millisecond // grandchildren holding the pipes
 
 	start := time.Now()

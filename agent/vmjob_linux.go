@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -132,14 +133,14 @@ func runVMJob(ctx context.Context, job VMJob, setupErr error, cg *jobCgroupState
 		rep.Setup = setupErr.Error()
 		return rep
 	}
-	if err := cg.enter(job); err != nil {
+	if err := cg.limit(job); err != nil {
 		rep.Setup = err.Error()
 		return rep
 	}
 	if job.Dir == "" {
 		job.Dir = GuestWorkDir
 	}
-	rep.Reply = Execute(ctx, job.Job)
+	rep.Reply = execute(ctx, job.Job, cg.attr)
 	if ev, err := os.ReadFile(jobCgroup + "/memory.events"); err == nil {
 		rep.OOMKilled = eventCount(ev, "oom_kill") > 0
 	}
@@ -167,57 +168,52 @@ func prepareJobCgroup() error {
 }
 
 // jobCgroupState is what the agent last wrote to the job cgroup. Under
-// TCG every cgroup write is slow, and moving the agent costs an RCU grace
-// period, so a warm VM writes a limit only when it changes and moves the
-// agent once.
+// TCG every cgroup write is slow, so a warm VM writes a limit only when it
+// changes. The job is born inside the group (clone3 with
+// CLONE_INTO_CGROUP): nothing ever migrates, which in cgroup v2 costs an
+// RCU grace period (tens of ms under TCG), and the agent stays outside,
+// so the limits are the job's own.
 type jobCgroupState struct {
-	entered      bool
-	memory, pids int64 // the limits written; 0: none yet
+	dir          *os.File // the group's directory; nil: no limits, no group
+	memory, pids int64    // the limits written; 0: none yet
 }
 
-// enter sets the job's limits on its cgroup and moves the agent itself
-// into it, so the job's processes start inside. The agent's later
-// allocations (the capped output buffers) are charged there too, hence the
-// headroom; the VM's RAM and the host cgroup around QEMU remain the outer
-// bound.
-func (c *jobCgroupState) enter(job VMJob) error {
+// limit writes the job's limits to its cgroup and opens the group for
+// attr.
+func (c *jobCgroupState) limit(job VMJob) error {
 	if job.Memory == 0 && job.Pids == 0 {
 		return nil
 	}
-	if !c.entered {
-		if _, err := os.Stat(jobCgroup); err != nil {
+	if c.dir == nil {
+		d, err := os.Open(jobCgroup)
+		if err != nil {
 			return fmt.Errorf("job cgroup: %w", err)
 		}
+		c.dir = d // kept for the agent's life, like the group
 	}
-	if job.Memory > 0 {
-		limit := job.Memory + 2*job.Output + 16<<20
-		if limit != c.memory {
-			if err := os.WriteFile(jobCgroup+"/memory.max", []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
-				return fmt.Errorf("memory.max: %w", err)
-			}
-			if c.memory == 0 {
-				_ = os.WriteFile(jobCgroup+"/memory.swap.max", []byte("0"), 0)
-			}
-			c.memory = limit
+	if job.Memory > 0 && job.Memory != c.memory {
+		if err := os.WriteFile(jobCgroup+"/memory.max", []byte(strconv.FormatInt(job.Memory, 10)), 0); err != nil {
+			return fmt.Errorf("memory.max: %w", err)
 		}
+		if c.memory == 0 {
+			_ = os.WriteFile(jobCgroup+"/memory.swap.max", []byte("0"), 0)
+		}
+		c.memory = job.Memory
 	}
-	if job.Pids > 0 {
-		tasks, _ := os.ReadDir("/proc/self/task")
-		limit := int64(job.Pids + len(tasks) + 8) // the agent's own threads
-		if limit != c.pids {
-			if err := os.WriteFile(jobCgroup+"/pids.max", []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
-				return fmt.Errorf("pids.max: %w", err)
-			}
-			c.pids = limit
+	if job.Pids > 0 && int64(job.Pids) != c.pids {
+		if err := os.WriteFile(jobCgroup+"/pids.max", []byte(strconv.Itoa(job.Pids)), 0); err != nil {
+			return fmt.Errorf("pids.max: %w", err)
 		}
-	}
-	if !c.entered {
-		if err := os.WriteFile(jobCgroup+"/cgroup.procs", []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
-			return fmt.Errorf("enter job cgroup: %w", err)
-		}
-		c.entered = true
+		c.pids = int64(job.Pids)
 	}
 	return nil
+}
+
+// attr starts the job inside the group, if limit opened one.
+func (c *jobCgroupState) attr(a *syscall.SysProcAttr) {
+	if c.dir != nil {
+		a.UseCgroupFD, a.CgroupFD = true, int(c.dir.Fd())
+	}
 }
 
 func eventCount(b []byte, key string) int64 {

@@ -388,3 +388,28 @@ func names(backends, letter string) bool {
 	}
 	return false
 }
+
+// TestJobBornInItsCgroup: the job starts inside the guest's job cgroup
+// (clone3 into it: nothing migrates) while the agent, the guest's init,
+// stays outside, in one-shot and warm VMs alike.
+func TestJobBornInItsCgroup(t *testing.T) {
+	for _, warm := range []bool{false, true} {
+		b := sibling(t, backend(t), func(c *Config) { c.Warm = warm })
+		ctx := context.Background()
+		s, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Run(ctx, inv("/bin/cat", "/proc/self/cgroup", "/proc/1/cgroup"))
+		if derr := s.Destroy(ctx); derr != nil {
+			t.Error(derr)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "0::/wovyr-job\n0::/\n"; string(res.Stdout) != want {
+			t.Errorf("warm=%v: cgroups %q (stderr %q), want %q", warm, res.Stdout, res.Stderr, want)
+		}
+		assertClean(t, b, vmName(s))
+	}
+}
