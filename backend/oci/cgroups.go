@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -25,7 +26,12 @@ import (
 // remove one relative path in every mounted hierarchy, whichever created it.
 
 // hierarchies lists the mount points of every cgroup (v1) and cgroup2 tree.
-func hierarchies() []string {
+// They are read once: the host's cgroup mounts do not move under a running
+// wovyr, and parsing mountinfo on every teardown poll costs more than the
+// poll (the more so on a host with many mounts).
+var hierarchies = sync.OnceValue(readHierarchies)
+
+func readHierarchies() []string {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil
@@ -105,7 +111,7 @@ func removeCgroup(ctx context.Context, rel string) error {
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	for {
+	for pause := backoff(); !treeEmpty(rel); pause() {
 		pids := treeProcs(rel)
 		if len(pids) == 0 {
 			break
@@ -116,7 +122,6 @@ func removeCgroup(ctx context.Context, rel string) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("cgroup %s still has processes %v", rel, pids)
 		}
-		time.Sleep(2 * time.Millisecond)
 	}
 	var errs []error
 	for _, d := range cgroupDirs(rel) {
@@ -145,7 +150,7 @@ func rmdirTree(d string, deadline time.Time) error {
 			}
 		}
 	}
-	for {
+	for pause := backoff(); ; pause() {
 		err := syscall.Rmdir(d)
 		if err == nil || errors.Is(err, syscall.ENOENT) {
 			return nil
@@ -153,8 +158,33 @@ func rmdirTree(d string, deadline time.Time) error {
 		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
 			return fmt.Errorf("remove cgroup %s: %w", d, err)
 		}
-		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// backoff returns a pause for a teardown poll: 100 µs, doubling up to
+// 2 ms. What it waits for (a killed task reaped, a css released) usually
+// takes well under a millisecond, which a fixed 2 ms sleep would round up
+// on every sandbox's Destroy.
+func backoff() func() {
+	d := 100 * time.Microsecond
+	return func() {
+		time.Sleep(d)
+		d = min(2*d, 2*time.Millisecond)
+	}
+}
+
+// treeEmpty reports whether rel and its descendants hold no task, from the
+// pids controller's hierarchical count: one read where treeProcs reads
+// cgroup.procs in every directory of every hierarchy. False when it cannot
+// tell (no pids hierarchy, or rel not in it): the caller then looks.
+func treeEmpty(rel string) bool {
+	for _, h := range hierarchies() {
+		b, err := os.ReadFile(filepath.Join(h, rel, "pids.current"))
+		if err == nil {
+			return strings.TrimSpace(string(b)) == "0"
+		}
+	}
+	return false
 }
 
 // adopt opens the sandbox's own cgroup — the one the runtime made under

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -141,4 +142,39 @@ func TestSlotsAreHostWide(t *testing.T) {
 		t.Fatalf("third slot: %v, want all 2 uid ranges in use", err)
 	}
 	defer os.RemoveAll(filepath.Join(slotLocks, strconv.FormatUint(uint64(base), 10)))
+}
+
+// TestTreeEmpty: the one-read emptiness check sees a task in a child
+// cgroup, and sees it gone once it is reaped.
+func TestTreeEmpty(t *testing.T) {
+	rel := cgroup.Prefix + "/_pool/wovyr-c-treeempty" + fmt.Sprint(os.Getpid())
+	g, err := cgroup.New(rel+"/runtime", cgroup.Limits{Pids: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = removeCgroup(context.Background(), rel) }()
+	if !treeEmpty(rel) {
+		t.Fatal("a fresh cgroup tree is not empty")
+	}
+	sleeper := exec.Command("sleep", "30")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Add(sleeper.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if treeEmpty(rel) {
+		t.Error("a tree with a task in its child reads empty")
+	}
+	_ = sleeper.Process.Kill()
+	_ = sleeper.Wait()
+	if !treeEmpty(rel) {
+		t.Error("the tree still reads busy after its task was reaped")
+	}
+	if err := removeCgroup(context.Background(), rel); err != nil {
+		t.Fatal(err)
+	}
+	if d := cgroupDirs(rel); len(d) != 0 {
+		t.Errorf("left %v", d)
+	}
 }
