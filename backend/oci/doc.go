@@ -15,6 +15,12 @@
 // recorded with its result, and its usage is read from its own cgroup, which
 // outlives the runtime's. A sandbox runs one invocation and is then destroyed.
 //
+// Sandboxes for a warm pool (Config.Pooled, the daemon's) are prepared for
+// a fast claim at a slower Prepare: the agent runs the template's shell once
+// before any tenant, and each gVisor sandbox is born on one host CPU, so
+// that the Sentry's hand-offs with its stubs never wake a halted CPU
+// (cpus.go); a claim for more than one core widens it again.
+//
 // Wasm workloads run through the static wasm runner (`wovyr wasm-exec`,
 // Config.WasmRunner), bind-mounted read-only like the agent: the wasm
 // backend's own limits (fuel, linear memory, deadline) inside the
