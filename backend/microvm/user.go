@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/wovyr/wovyr/battery"
+	"github.com/wovyr/wovyr/hostlock"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
@@ -40,28 +41,46 @@ func ensureUser(ctx context.Context, name string) (uid, gid uint32, err error) {
 	return uint32(id), uint32(g), nil
 }
 
-// claimUID reserves one uid of [base, base+count) for a VM by creating its
-// entry in the VMs directory (atomic: mkdir), so no two VMs of this state
-// directory share a uid. The entry is named for Reconcile; release removes
-// it once the VM is gone.
+// uidLocks is where VM uids are locked: host-wide, not in a state
+// directory, so that two daemons (or test runs) with different state
+// directories never run two live VMs under one uid (a QEMU could signal or
+// trace its neighbour otherwise).
+const uidLocks = "/run/wovyr/microvm-uids"
+
+// claimUID reserves one uid of [base, base+count) for a VM: it creates the
+// uid's entry in the VMs directory (atomic: mkdir; named for Reconcile) and
+// holds the uid's host-wide lock (package hostlock) until release, so no
+// two live VMs on the host share a uid.
 func claimUID(stateDir string, base, count uint32) (uid uint32, release func(), err error) {
 	dir := vmsDir(stateDir)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return 0, nil, err
+	for _, d := range []string{dir, uidLocks} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return 0, nil, err
+		}
 	}
 	var r [4]byte
 	rand.Read(r[:])
 	start := binary.BigEndian.Uint32(r[:]) % count
 	for i := range count {
 		u := base + (start+i)%count
-		p := filepath.Join(dir, "wovyr-uid-"+strconv.FormatUint(uint64(u), 10))
+		name := strconv.FormatUint(uint64(u), 10)
+		p := filepath.Join(dir, "wovyr-uid-"+name)
 		err := os.Mkdir(p, 0o700)
-		if err == nil {
-			return u, func() { os.Remove(p) }, nil
+		if errors.Is(err, os.ErrExist) {
+			continue
 		}
-		if !errors.Is(err, os.ErrExist) {
+		if err != nil {
 			return 0, nil, fmt.Errorf("microvm: claim uid: %w", err)
 		}
+		lock, err := hostlock.Try(filepath.Join(uidLocks, name+".lock"), hostlock.Exclusive)
+		if err != nil || lock == nil {
+			os.Remove(p)
+			if err != nil {
+				return 0, nil, fmt.Errorf("microvm: claim uid: %w", err)
+			}
+			continue // a VM of another wovyr process has it
+		}
+		return u, func() { os.Remove(p); lock.Close() }, nil
 	}
 	return 0, nil, fmt.Errorf("microvm: all %d VM uids from %d are in use", count, base)
 }

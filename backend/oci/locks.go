@@ -1,51 +1,19 @@
 package oci
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/wovyr/wovyr/hostlock"
 	"github.com/wovyr/wovyr/idmap"
 )
 
-// Ownership between processes is expressed with flock(2), which the kernel
-// drops when the owner dies: a sandbox's lock file is held for its whole
-// life, so Reconcile can tell a live sandbox of another wovyr process from
-// a leftover of a crashed one. Lock files are never unlinked while in use.
-
-// lockFile opens (creating) path and takes an flock of kind how without
-// blocking. It returns nil, nil if someone else holds it.
-func lockFile(path string, how int) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	return f, nil
-}
-
-// lockBlocking takes an flock of kind how, waiting for it.
-func lockBlocking(path string, how int) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.Flock(int(f.Fd()), how); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}
+// Ownership between processes is expressed with host-wide flock(2) locks
+// (package hostlock): a sandbox's lock file is held for its whole life, so
+// Reconcile can tell a live sandbox of another wovyr process from a
+// leftover of a crashed one.
 
 // slot is one host uid/gid range, held exclusively by one live sandbox.
 type slot struct {
@@ -67,7 +35,7 @@ func acquireSlot(base uint32, slots int) (*slot, error) {
 		return nil, err
 	}
 	for n := range slots {
-		f, err := lockFile(filepath.Join(dir, fmt.Sprintf("%d.lock", n)), unix.LOCK_EX)
+		f, err := hostlock.Try(filepath.Join(dir, fmt.Sprintf("%d.lock", n)), hostlock.Exclusive)
 		if err != nil {
 			return nil, err
 		}

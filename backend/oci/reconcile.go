@@ -9,9 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/wovyr/wovyr/cgroup"
+	"github.com/wovyr/wovyr/hostlock"
 )
 
 // Reconcile removes what this package left behind under stateDir after a
@@ -27,7 +26,7 @@ func Reconcile(ctx context.Context, stateDir string) (int, error) {
 		return 0, nil
 	}
 	// Exclusive against Prepare's scratch creation (see makeScratch).
-	g, err := lockBlocking(filepath.Join(run, "reconcile.lock"), unix.LOCK_EX)
+	g, err := hostlock.Wait(filepath.Join(run, "reconcile.lock"), hostlock.Exclusive)
 	if err != nil {
 		return 0, err
 	}
@@ -39,7 +38,7 @@ func Reconcile(ctx context.Context, stateDir string) (int, error) {
 		if stale[id] {
 			return false
 		}
-		f, err := lockFile(filepath.Join(run, "sb", id, "lock"), unix.LOCK_EX)
+		f, err := hostlock.Try(filepath.Join(run, "sb", id, "lock"), hostlock.Exclusive)
 		if err != nil || f == nil {
 			return err == nil // held by a live owner (or unreadable: leave it)
 		}

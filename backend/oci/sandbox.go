@@ -22,6 +22,7 @@ import (
 	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/cgroup"
 	"github.com/wovyr/wovyr/egress"
+	"github.com/wovyr/wovyr/hostlock"
 	"github.com/wovyr/wovyr/image"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -208,7 +209,7 @@ func (s *Sandbox) defer1(f func(context.Context) error) { s.cleanup = append(s.c
 // makeScratch creates the sandbox directory and takes its lock while holding
 // the run directory's shared lock, so Reconcile never sees it unlocked.
 func (s *Sandbox) makeScratch() error {
-	g, err := lockBlocking(filepath.Join(s.b.run, "reconcile.lock"), unix.LOCK_SH)
+	g, err := hostlock.Wait(filepath.Join(s.b.run, "reconcile.lock"), hostlock.Shared)
 	if err != nil {
 		return err
 	}
@@ -216,7 +217,7 @@ func (s *Sandbox) makeScratch() error {
 	if err := os.Mkdir(s.dir, 0o711); err != nil {
 		return err
 	}
-	s.lock, err = lockFile(filepath.Join(s.dir, "lock"), unix.LOCK_EX)
+	s.lock, err = hostlock.Try(filepath.Join(s.dir, "lock"), hostlock.Exclusive)
 	if err == nil && s.lock == nil {
 		err = errors.New("fresh sandbox lock is held by someone else")
 	}
