@@ -52,11 +52,13 @@ type Config struct {
 	// means 4 per CPU.
 	Concurrency int `json:"concurrency,omitempty"`
 	// CgroupReconcile says which leftover cgroups start-up removes after a
-	// crash: "all" (the zero value) removes everything below wovyr's cgroup
-	// prefix, right when this daemon is the host's only wovyr; "owned"
-	// removes only the cgroups of sandboxes whose workspaces this daemon's
-	// state directory still holds, for hosts shared by several daemons or
-	// test runs.
+	// crash: "owned" (the zero value) removes only the cgroups of sandboxes
+	// whose workspaces this daemon's state directory still holds (each
+	// backend's own Reconcile does the same for its sandboxes), so a daemon
+	// never kills another wovyr's live sandboxes — a second daemon's, a
+	// `wovyr run`'s, a test run's; "all" removes everything below wovyr's
+	// cgroup prefix, processes included, for a host where this daemon is
+	// the only wovyr and leftovers of any state directory should go.
 	CgroupReconcile string `json:"cgroup_reconcile,omitempty"`
 	// Pools size the warm sandbox pools, most specific rule first
 	// (backend+template, backend, template, then a rule naming neither).
@@ -153,7 +155,7 @@ func (c Config) WithDefaults() (Config, error) {
 		c.Concurrency = 4 * runtime.NumCPU()
 	}
 	if c.CgroupReconcile == "" {
-		c.CgroupReconcile = "all"
+		c.CgroupReconcile = "owned"
 	}
 	if c.Egress.ResolvConf == "" {
 		c.Egress.ResolvConf = "/etc/resolv.conf"

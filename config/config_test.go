@@ -12,7 +12,8 @@ import (
 func TestDefaultIsUsable(t *testing.T) {
 	c := Default()
 	if c.Listen != "127.0.0.1:8080" || c.MaxBodyBytes != 96<<20 || c.MaxWait.D() != time.Minute ||
-		c.Retention.D() != 24*time.Hour || c.ShutdownGrace.D() != 10*time.Second || c.Concurrency <= 0 {
+		c.Retention.D() != 24*time.Hour || c.ShutdownGrace.D() != 10*time.Second || c.Concurrency <= 0 ||
+		c.CgroupReconcile != "owned" {
 		t.Fatalf("defaults %+v", c)
 	}
 }

@@ -163,11 +163,11 @@ func (n *node) certifyOne(ctx context.Context, backend string) (cert.Record, err
 	return battery.Run(ctx, suite, nil)
 }
 
-// cgroupReconciler removes the cgroups a crashed daemon left: every wovyr
-// cgroup ("all"), or only those of the native sandboxes whose workspaces are
-// still in this state directory ("owned": a native sandbox's cgroup is
-// wovyr/native/ID and its workspace SCRATCH/ID). It runs before the
-// backends' own Reconcile, which unmounts the workspaces.
+// cgroupReconciler removes the cgroups a crashed daemon left: only those of
+// the native sandboxes whose workspaces are still in this state directory
+// ("owned", the default: a native sandbox's cgroup is wovyr/native/ID and
+// its workspace SCRATCH/ID), or every wovyr cgroup ("all"). It runs before
+// the backends' own Reconcile, which unmounts the workspaces.
 func cgroupReconciler(mode, nativeScratch string) server.Reconciler {
 	if mode != "owned" {
 		return server.Reconciler{Name: "cgroups", Fn: func(ctx context.Context) error {
