@@ -226,8 +226,7 @@ const maxPids = 1 << 22
 // into the runtime's below it too where they exceed the template's shape
 // that the runtime applied there.
 func (s *Sandbox) setLimits(lim sandbox.Limits, cpuMillis int64) error {
-	cl := cgroup.Limits{Memory: lim.Memory, Pids: pidsBudget(lim.Pids, s.b.gvisor), CPUMillis: cpuMillis}
-	if err := setLimits(s.tenant, cl); err != nil {
+	if err := s.writeLimits(lim, cpuMillis); err != nil {
 		return err
 	}
 	if lim.Memory > s.limits.Memory || lim.Pids > s.limits.Pids {
@@ -235,6 +234,20 @@ func (s *Sandbox) setLimits(lim sandbox.Limits, cpuMillis int64) error {
 		// an OOM would happen there, out of sight of watchOOM.
 		return setLimits(s.leaf, cgroup.Limits{Memory: math.MaxInt64, Pids: maxPids})
 	}
+	return nil
+}
+
+// writeLimits makes the sandbox's cgroup enforce lim and cpuMillis, writing
+// nothing when it already does (Prepare wrote the template's).
+func (s *Sandbox) writeLimits(lim sandbox.Limits, cpuMillis int64) error {
+	cl := cgroup.Limits{Memory: lim.Memory, Pids: pidsBudget(lim.Pids, s.b.gvisor), CPUMillis: cpuMillis}
+	if cl == s.written {
+		return nil
+	}
+	if err := setLimits(s.tenant, cl); err != nil {
+		return err
+	}
+	s.written = cl
 	return nil
 }
 

@@ -48,6 +48,7 @@ type Sandbox struct {
 	mu      sync.Mutex
 	used    bool
 	tenant  *cgroup.Group                 // sandboxCgroup; claim writes the tenant's limits here
+	written cgroup.Limits                 // what tenant enforces now
 	leaf    *cgroup.Group                 // poolCgroup, the runtime's
 	base    cgroup.Stats                  // tenant's counters at claim
 	oomFD   int                           // watchOOM's eventfd on tenant (v1), or -1
@@ -192,6 +193,10 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 // on v1 starts counting its OOM events.
 func (s *Sandbox) makeCgroup() (err error) {
 	if s.tenant, err = cgroup.New(sandboxCgroup(s.id), cgroup.Limits{}); err != nil {
+		return err
+	}
+	// The template's limits, now: a claim within them writes nothing.
+	if err := s.writeLimits(s.limits, 0); err != nil {
 		return err
 	}
 	if s.tenant.V2Group() {
