@@ -85,18 +85,27 @@ func (p *cpuPlacer) all() unix.CPUSet {
 
 // startOnCPU starts cmd with its affinity set to cpu alone. The affinity is
 // set on a locked OS thread that forks the child and then exits with its
-// goroutine (never unlocked), so no other goroutine ever runs pinned.
+// goroutine (never unlocked), so no other goroutine ever runs pinned. The
+// runtime cannot end the main thread, which a locked goroutine may be on
+// (it parks it instead, and /proc shows the main thread's affinity as the
+// process's), so the thread's affinity is put back too.
 func startOnCPU(cmd *exec.Cmd, cpu int) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		var set unix.CPUSet
+		var old, set unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &old); err != nil {
+			errc <- fmt.Errorf("cpu affinity: %w", err)
+			return
+		}
 		set.Set(cpu)
 		if err := unix.SchedSetaffinity(0, &set); err != nil {
 			errc <- fmt.Errorf("pin to cpu %d: %w", cpu, err)
 			return
 		}
-		errc <- cmd.Start()
+		err := cmd.Start()
+		_ = unix.SchedSetaffinity(0, &old)
+		errc <- err
 	}()
 	return <-errc
 }
