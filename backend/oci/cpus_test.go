@@ -120,7 +120,8 @@ func TestGVisorSandboxesArePinned(t *testing.T) {
 		}
 	}()
 	cpus := map[string]bool{}
-	for range len(b.placer.cpus) {
+	n := min(len(b.placer.cpus), 4) // each on a CPU of its own
+	for range n {
 		sb, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
 		if err != nil {
 			t.Fatal(err)
@@ -135,7 +136,7 @@ func TestGVisorSandboxesArePinned(t *testing.T) {
 			cpus[a] = true
 		}
 	}
-	if len(cpus) != len(b.placer.cpus) {
+	if len(cpus) != n {
 		t.Errorf("%d sandboxes landed on CPUs %v, want one each of %v", len(sbs), cpus, b.placer.cpus)
 	}
 	// One core: stays on its CPU; two cores: every CPU.
