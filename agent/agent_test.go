@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -86,5 +87,63 @@ func TestReadFrameRefusesHugeFrame(t *testing.T) {
 	}
 	if err := ReadFrame(bytes.NewReader([]byte{0, 0, 0, 9, '{'}), &j); err == nil || err == io.EOF {
 		t.Fatalf("short frame: %v", err)
+	}
+}
+
+// TestExecuteLeftoverHoldingPipes: a background child that keeps stdout
+// open does not hold the reply past waitDelay, and dies with the job.
+func TestExecuteLeftoverHoldingPipes(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	start := time.Now()
+	rep := Execute(context.Background(), Job{ID: "j4", Output: 100, Wall: 20 * time.Second,
+		Argv: []string{"/bin/sh", "-c", "sleep 30 & echo $! > " + pidFile + "; echo hi"}})
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("took %v: the leftover held the reply", took)
+	}
+	if string(rep.Stdout) != "hi\n" || rep.ExitCode != 0 || rep.TimedOut || rep.Error != "" {
+		t.Fatalf("got %+v", rep)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := strings.TrimSpace(string(b))
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil || strings.Contains(string(st), ") Z ") {
+			break // gone, or a zombie waiting for init
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leftover %s still runs", pid)
+		}
+	}
+}
+
+// TestExecuteCancelIsNotTimeout: cancelling ctx kills the job; the reply
+// says killed, not timed out.
+func TestExecuteCancelIsNotTimeout(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	rep := Execute(ctx, Job{ID: "j5", Argv: []string{"/bin/sleep", "30"}, Wall: time.Minute})
+	if rep.TimedOut || rep.Signal != "killed" || rep.ExitCode != 137 {
+		t.Fatalf("got %+v, want killed, not timed out", rep)
+	}
+}
+
+// TestExecuteBigStreams: output on both streams beyond a pipe's buffer,
+// and stdin the job never reads, neither deadlock nor get lost below the
+// cap.
+func TestExecuteBigStreams(t *testing.T) {
+	rep := Execute(context.Background(), Job{ID: "j6", Output: 1 << 20, Wall: 30 * time.Second,
+		Stdin: bytes.Repeat([]byte("x"), 1<<20),
+		Argv:  []string{"/bin/sh", "-c", "head -c 300000 /dev/zero; head -c 200000 /dev/zero >&2; exit 4"}})
+	if len(rep.Stdout) != 300000 || len(rep.Stderr) != 200000 || rep.StdoutTruncated || rep.StderrTruncated || rep.ExitCode != 4 {
+		t.Fatalf("stdout %d stderr %d truncated %v/%v exit %d (%s)", len(rep.Stdout), len(rep.Stderr),
+			rep.StdoutTruncated, rep.StderrTruncated, rep.ExitCode, rep.Error)
+	}
+	rep = Execute(context.Background(), Job{ID: "j7", Output: 1 << 20, Wall: 30 * time.Second,
+		Stdin: []byte("line1\nline2\n"), Argv: []string{"/bin/cat"}})
+	if string(rep.Stdout) != "line1\nline2\n" {
+		t.Fatalf("cat: %q", rep.Stdout)
 	}
 }

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -21,8 +23,18 @@ const defaultPath = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbi
 // bad input: a job that cannot start yields a Reply with Error set.
 func Execute(ctx context.Context, job Job) Reply { return execute(ctx, job, nil) }
 
+// waitDelay is how long output pipes may stay open after the job's leader
+// exited (a grandchild holding them) before the job's group is killed.
+const waitDelay = 100 * time.Millisecond
+
 // execute is Execute; attr, if set, adds to the child's SysProcAttr (the
 // microVM's agent starts the job inside its cgroup).
+//
+// The job's stdout and stderr are raw pipes drained here with poll(2), and
+// its exit is one more descriptor in the same poll; no goroutine copies
+// output and the runtime's poller is not involved. Under gVisor every
+// goroutine hand-off and poller wake-up is a round trip through the
+// Sentry: os/exec's copy goroutines cost ≈ 1.5 ms of a ≈ 12 ms exec there.
 func execute(ctx context.Context, job Job, attr func(*syscall.SysProcAttr)) Reply {
 	rep := Reply{ID: job.ID}
 	if len(job.Argv) == 0 {
@@ -38,73 +50,228 @@ func execute(ctx context.Context, job Job, attr func(*syscall.SysProcAttr)) Repl
 		rep.ExitCode, rep.Error = 127, err.Error()
 		return rep
 	}
-	cmd := exec.Command(prog)
-	cmd.Args = job.Argv
-	cmd.Env = append([]string{}, job.Env...) // non-nil: nothing inherited
-	cmd.Dir = job.Dir
-	cmd.Stdin = strings.NewReader(string(job.Stdin))
-	stdout, stderr := &sandbox.Capped{Limit: job.Output}, &sandbox.Capped{Limit: job.Output}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	// Own process group so a deadline kills the whole tree, not the leader.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if attr != nil {
-		attr(cmd.SysProcAttr)
-	}
-	cmd.WaitDelay = 100 * time.Millisecond // grandchildren holding the pipes
-
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	var fds fdSet
+	defer fds.closeAll()
+	stdinR, stdinW, err := fds.input(len(job.Stdin) > 0)
+	if err != nil {
 		rep.ExitCode, rep.Error = 127, err.Error()
 		return rep
 	}
-	var deadline <-chan time.Time
+	outR, outW, err1 := fds.pipe()
+	errR, errW, err2 := fds.pipe()
+	exitR, exitW, err3 := fds.pipe()
+	wakeR, wakeW, err4 := fds.pipe()
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		rep.ExitCode, rep.Error = 127, err.Error()
+		return rep
+	}
+	sys := &syscall.SysProcAttr{Setpgid: true} // its own group: a deadline kills the tree
+	if attr != nil {
+		attr(sys)
+	}
+	env := job.Env
+	if env == nil {
+		env = []string{} // nothing inherited
+	}
+	start := time.Now()
+	pid, err := syscall.ForkExec(prog, job.Argv, &syscall.ProcAttr{Dir: job.Dir, Env: env,
+		Files: []uintptr{uintptr(stdinR), uintptr(outW), uintptr(errW)}, Sys: sys})
+	if err != nil {
+		rep.ExitCode, rep.Error = 127, fmt.Sprintf("fork/exec %s: %v", prog, err)
+		return rep
+	}
+	fds.close(stdinR, outW, errW)
+	killGroup := func() { _ = syscall.Kill(-pid, syscall.SIGKILL) }
+	defer killGroup() // whatever the leader did, nothing of the job outlives it
+
+	// The leader's exit closes exitW (the waiter holds its only copy); ctx
+	// closes wakeW.
+	var ws syscall.WaitStatus
+	var ru syscall.Rusage
+	go func() {
+		for {
+			_, err := syscall.Wait4(pid, &ws, 0, &ru)
+			if err != syscall.EINTR {
+				break
+			}
+		}
+		fds.close(exitW)
+	}()
+	stopWake := context.AfterFunc(ctx, func() { fds.close(wakeW) })
+	defer stopWake()
+	if stdinW >= 0 {
+		// An os.File, whose Close never frees the descriptor under a
+		// Write still in progress: the writer may outlive this call (a
+		// leftover holding the pipe), and its descriptor must not be
+		// reused meanwhile. EPIPE from a job that never reads its stdin is
+		// not an error.
+		in := os.NewFile(uintptr(fds.release(stdinW)), "stdin")
+		go func() {
+			_, _ = in.Write(job.Stdin)
+			in.Close()
+		}()
+		defer in.Close()
+	}
+
+	stdout, stderr := &sandbox.Capped{Limit: job.Output}, &sandbox.Capped{Limit: job.Output}
+	var deadline time.Time
 	if job.Wall > 0 {
-		t := time.NewTimer(job.Wall)
-		defer t.Stop()
-		deadline = t.C
+		deadline = start.Add(job.Wall)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err = <-done:
-	case <-deadline:
-		rep.TimedOut = true
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		err = <-done
-	case <-ctx.Done():
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		err = <-done
+	var exited time.Time // zero until the leader is reaped
+	pfd := []unix.PollFd{{Fd: int32(outR), Events: unix.POLLIN}, {Fd: int32(errR), Events: unix.POLLIN},
+		{Fd: int32(exitR), Events: unix.POLLIN}, {Fd: int32(wakeR), Events: unix.POLLIN}}
+	sinks := []*sandbox.Capped{stdout, stderr}
+	buf := make([]byte, 64<<10)
+	killed := false
+	for {
+		if !exited.IsZero() && (pfd[0].Fd < 0 && pfd[1].Fd < 0 || time.Since(exited) >= waitDelay) {
+			break
+		}
+		timeout := -1
+		switch {
+		case !exited.IsZero():
+			timeout = msUntil(exited.Add(waitDelay))
+		case !deadline.IsZero() && !killed:
+			timeout = msUntil(deadline)
+		}
+		_, err := unix.Poll(pfd, timeout)
+		if err != nil && err != unix.EINTR {
+			killGroup()
+			rep.Error = fmt.Sprintf("poll: %v", err)
+			break
+		}
+		for i := 0; i < 2; i++ {
+			if pfd[i].Fd >= 0 && pfd[i].Revents != 0 {
+				n, rerr := syscall.Read(int(pfd[i].Fd), buf)
+				if n > 0 {
+					_, _ = sinks[i].Write(buf[:n])
+				} else if rerr != syscall.EINTR && rerr != syscall.EAGAIN {
+					pfd[i].Fd = -1 // EOF (or a broken pipe): done with it
+				}
+			}
+		}
+		if pfd[2].Fd >= 0 && pfd[2].Revents != 0 {
+			pfd[2].Fd = -1
+			exited = time.Now()
+		}
+		if !killed && (pfd[3].Fd >= 0 && pfd[3].Revents != 0 || !deadline.IsZero() && !time.Now().Before(deadline)) {
+			rep.TimedOut = ctx.Err() == nil
+			killed = true
+			pfd[3].Fd = -1
+			killGroup()
+		}
 	}
-	// Whatever the leader did, nothing of the job outlives it.
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	if exited.IsZero() {
+		killGroup()
+	}
+	<-fds.closed(exitW) // the waiter has reaped the leader: ws and ru are set
 	rep.Wall = time.Since(start)
-	fillStatus(&rep, cmd.ProcessState, err)
+	rep.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	rep.MaxRSS = ru.Maxrss * 1024
+	switch {
+	case ws.Signaled():
+		rep.Signal = ws.Signal().String()
+		rep.ExitCode = 128 + int(ws.Signal())
+	default:
+		rep.ExitCode = ws.ExitStatus()
+	}
 	rep.Stdout, rep.StdoutTruncated = stdout.Bytes(), stdout.Truncated
 	rep.Stderr, rep.StderrTruncated = stderr.Bytes(), stderr.Truncated
 	return rep
 }
 
-func fillStatus(rep *Reply, ps *os.ProcessState, waitErr error) {
-	if ps == nil {
-		rep.ExitCode, rep.Error = 127, fmt.Sprint(waitErr)
-		return
+func msUntil(t time.Time) int {
+	d := time.Until(t)
+	if d <= 0 {
+		return 0
 	}
-	rep.CPU = ps.UserTime() + ps.SystemTime()
-	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-		rep.MaxRSS = ru.Maxrss * 1024
+	return int((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// fdSet holds the raw descriptors of one job, each closed exactly once,
+// whichever goroutine closes it first.
+type fdSet struct {
+	mu   sync.Mutex
+	open map[int]chan struct{} // closed when the fd is
+}
+
+// pipe makes a close-on-exec pipe.
+func (s *fdSet) pipe() (r, w int, err error) {
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
+		return -1, -1, fmt.Errorf("pipe: %w", err)
 	}
-	ws, ok := ps.Sys().(syscall.WaitStatus)
-	switch {
-	case ok && ws.Signaled():
-		rep.Signal = ws.Signal().String()
-		rep.ExitCode = 128 + int(ws.Signal())
-	default:
-		rep.ExitCode = ps.ExitCode()
+	s.add(p[0])
+	s.add(p[1])
+	return p[0], p[1], nil
+}
+
+// input is the job's stdin: a pipe when it has input (w is its write end),
+// /dev/null otherwise (w is -1).
+func (s *fdSet) input(hasInput bool) (r, w int, err error) {
+	if hasInput {
+		return s.pipe()
 	}
-	var ee *exec.ExitError
-	if waitErr != nil && !errors.As(waitErr, &ee) && !errors.Is(waitErr, exec.ErrWaitDelay) {
-		rep.Error = waitErr.Error()
+	fd, err := syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, -1, fmt.Errorf("open %s: %w", os.DevNull, err)
 	}
+	s.add(fd)
+	return fd, -1, nil
+}
+
+func (s *fdSet) add(fd int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open == nil {
+		s.open = map[int]chan struct{}{}
+	}
+	s.open[fd] = make(chan struct{})
+}
+
+// close closes fds still open in the set.
+func (s *fdSet) close(fds ...int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, fd := range fds {
+		if c, ok := s.open[fd]; ok {
+			syscall.Close(fd)
+			close(c)
+			delete(s.open, fd)
+		}
+	}
+}
+
+// release removes fd from the set without closing it: its new owner closes
+// it.
+func (s *fdSet) release(fd int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.open, fd)
+	return fd
+}
+
+// closed returns a channel closed once fd is (at once if it was).
+func (s *fdSet) closed(fd int) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.open[fd]; ok {
+		return c
+	}
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+func (s *fdSet) closeAll() {
+	s.mu.Lock()
+	fds := make([]int, 0, len(s.open))
+	for fd := range s.open {
+		fds = append(fds, fd)
+	}
+	s.mu.Unlock()
+	s.close(fds...)
 }
 
 // LookPath resolves argv0 against the PATH in env (not the agent's own).
