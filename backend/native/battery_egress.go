@@ -3,14 +3,13 @@ package native
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"path/filepath"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/wovyr/wovyr/battery"
+	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/egress/egresstest"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -58,11 +57,11 @@ func EgressSuite(b *Backend, guest string, probe []byte) battery.Suite {
 		return s
 	}
 	var mu sync.Mutex
-	runs := map[battery.Weakness]*egressRun{}
-	get := func(ctx context.Context, t battery.Target) *egressRun {
+	runs := map[battery.Weakness]*egresstest.TableRun{}
+	get := func(ctx context.Context, t battery.Target) *egresstest.TableRun {
 		tb, ok := t.Backend.(*Backend)
 		if !ok {
-			return &egressRun{err: errors.New("not a native backend")}
+			return &egresstest.TableRun{Err: errors.New("not a native backend")}
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -79,9 +78,9 @@ func EgressSuite(b *Backend, guest string, probe []byte) battery.Suite {
 		s.Probes = append(s.Probes, battery.Probe{ID: id, Weakness: egressControls[id], Backends: []string{"native"},
 			Run: func(ctx context.Context, t battery.Target) battery.Observation {
 				r := get(ctx, t)
-				obs := battery.Observation{Tried: "egress truth table from a native sandbox (and a re-executed child) bound to the tenant allowlist, against an isolated rig; " + r.summary}
-				if r.err != nil {
-					obs.Observed = r.err.Error()
+				obs := battery.Observation{Tried: "egress truth table from a native sandbox (and a re-executed child) bound to the tenant allowlist, against an isolated rig; " + r.Summary}
+				if r.Err != nil {
+					obs.Observed = r.Err.Error()
 					return obs
 				}
 				v := egresstest.Judge(id, r.Run)
@@ -101,64 +100,19 @@ func (b *Backend) netCert() string {
 	return b.netKind() + " rows=71-84"
 }
 
-// egressRun is one configuration's run of the table.
-type egressRun struct {
-	egresstest.Run
-	err     error
-	summary string
-}
-
-// runEgress builds a rig and a service on it, prepares two sandboxes of a
-// copy of tb wired to that service (one as the other tenant), runs the
-// table in one and tears it all down.
-func runEgress(ctx context.Context, tb *Backend, probe []byte) (r *egressRun) {
-	r = &egressRun{}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	rig, svc, stop, err := egresstest.NewWithService(ctx, egressTag, nil)
-	if err != nil {
-		r.err = fmt.Errorf("egress rig: %w", err)
-		return r
-	}
-	defer func() {
-		if err := stop(); err != nil && r.err == nil {
-			r.err = fmt.Errorf("egress rig teardown: %w", err)
+// runEgress runs the sandbox truth table on a copy of tb wired to the
+// rig's service (egresstest.RunTable).
+func runEgress(ctx context.Context, tb *Backend, probe []byte) *egresstest.TableRun {
+	return egresstest.RunTable(ctx, egressTag, "", probe, func(svc *egress.Service) func(context.Context) (egresstest.Prepared, error) {
+		c := *tb
+		c.net = svc
+		return func(ctx context.Context) (egresstest.Prepared, error) {
+			sb, err := c.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
+			if err != nil {
+				return egresstest.Prepared{}, err
+			}
+			s := sb.(*nativeSandbox)
+			return egresstest.Prepared{Sandbox: s, ID: s.id, Slot: s.slot, ProbePath: filepath.Join(s.dir, "egressprobe")}, nil
 		}
-	}()
-	c := *tb
-	c.net = svc
-	var sbs []*nativeSandbox
-	defer func() {
-		for _, s := range sbs {
-			_ = s.Destroy(context.WithoutCancel(ctx))
-		}
-	}()
-	for range 2 {
-		sb, err := c.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
-		if err != nil {
-			r.err = err
-			return r
-		}
-		sbs = append(sbs, sb.(*nativeSandbox))
-	}
-	sb, peer := sbs[0], sbs[1]
-	gw := sb.slot.Gateway().String()
-	r.Rows = egresstest.SandboxTable(gw, peer.slot.Addr().String())
-	r.summary = fmt.Sprintf("%d checks, slot %s, rig %s", len(r.Rows), sb.slot.Addr(), filepath.Base(rig.HostNetns))
-	inv, err := egresstest.TableInvocation("battery-egress-"+sb.id, "", filepath.Join(sb.dir, "egressprobe"), r.Rows, rig.CAPEM, gw, probe)
-	if err != nil {
-		r.err = err
-		return r
-	}
-	res, err := sb.Run(ctx, inv)
-	if err != nil {
-		r.err = err
-		return r
-	}
-	if r.Rep, err = egresstest.ParseReport(res); err != nil {
-		r.err = err
-		return r
-	}
-	r.Queries = rig.Queries()
-	return r
+	})
 }

@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/wovyr/wovyr/battery"
+	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/egress/egresstest"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -60,21 +59,14 @@ func slotControls(b *Backend, probes []battery.Probe) {
 // egressTag names the battery's rig and service (distinct from the tests').
 const egressTag = "bat"
 
-// egressRun is one configuration's run of the table.
-type egressRun struct {
-	egresstest.Run
-	err     error
-	summary string
-}
-
 // egressProbes returns rows 71–84 for b, sharing one run per weakness.
 func egressProbes(b *Backend) []battery.Probe {
 	var mu sync.Mutex
-	runs := map[battery.Weakness]*egressRun{}
-	get := func(ctx context.Context, t battery.Target) *egressRun {
+	runs := map[battery.Weakness]*egresstest.TableRun{}
+	get := func(ctx context.Context, t battery.Target) *egresstest.TableRun {
 		tb, ok := t.Backend.(*Backend)
 		if !ok {
-			return &egressRun{err: errors.New("not an OCI backend")}
+			return &egresstest.TableRun{Err: errors.New("not an OCI backend")}
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -90,9 +82,9 @@ func egressProbes(b *Backend) []battery.Probe {
 		out = append(out, battery.Probe{ID: id, Weakness: egressControls[id], Backends: []string{b.name},
 			Run: func(ctx context.Context, t battery.Target) battery.Observation {
 				r := get(ctx, t)
-				obs := battery.Observation{Tried: "egress truth table in a container sandbox bound to the tenant allowlist, against an isolated rig; " + r.summary}
-				if r.err != nil {
-					obs.Observed = r.err.Error()
+				obs := battery.Observation{Tried: "egress truth table in a container sandbox bound to the tenant allowlist, against an isolated rig; " + r.Summary}
+				if r.Err != nil {
+					obs.Observed = r.Err.Error()
 					return obs
 				}
 				v := egresstest.Judge(id, r.Run)
@@ -103,62 +95,23 @@ func egressProbes(b *Backend) []battery.Probe {
 	return out
 }
 
-// runEgressTable builds a rig and a service on it, prepares two sandboxes
-// of a copy of tb wired to that service (one as the other tenant), runs the
-// table in one with the truth table's policy, and tears it all down.
-func runEgressTable(ctx context.Context, tb *Backend, img string) (r *egressRun) {
-	r = &egressRun{}
+// runEgressTable runs the sandbox truth table on a copy of tb wired to the
+// rig's service (egresstest.RunTable), in sandboxes of template img.
+func runEgressTable(ctx context.Context, tb *Backend, img string) *egresstest.TableRun {
 	probe, err := os.ReadFile(tb.cfg.EgressProbe)
 	if err != nil {
-		r.err = fmt.Errorf("egress probe binary (build egress/egresstest/egressprobe with CGO_ENABLED=0): %w", err)
-		return r
+		return &egresstest.TableRun{Err: fmt.Errorf("egress probe binary (build egress/egresstest/egressprobe with CGO_ENABLED=0): %w", err)}
 	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	rig, svc, stop, err := egresstest.NewWithService(ctx, egressTag, nil)
-	if err != nil {
-		r.err = fmt.Errorf("egress rig: %w", err)
-		return r
-	}
-	defer func() {
-		if err := stop(); err != nil && r.err == nil {
-			r.err = fmt.Errorf("egress rig teardown: %w", err)
+	return egresstest.RunTable(ctx, egressTag, img, probe, func(svc *egress.Service) func(context.Context) (egresstest.Prepared, error) {
+		c := tb.withNetwork(svc)
+		tmpl := sandbox.Template{Kind: sandbox.KindCommand, Image: img, Limits: sandbox.Limits{Pids: 512, Disk: 64 << 20}}
+		return func(ctx context.Context) (egresstest.Prepared, error) {
+			sb, err := c.Prepare(ctx, tmpl)
+			if err != nil {
+				return egresstest.Prepared{}, err
+			}
+			s := sb.(*Sandbox)
+			return egresstest.Prepared{Sandbox: s, ID: s.id, Slot: s.net, ProbePath: workDir + "/egressprobe"}, nil
 		}
-	}()
-	c := tb.withNetwork(svc)
-	tmpl := sandbox.Template{Kind: sandbox.KindCommand, Image: img, Limits: sandbox.Limits{Pids: 512, Disk: 64 << 20}}
-	var sbs []*Sandbox
-	defer func() {
-		for _, s := range sbs {
-			_ = s.Destroy(context.WithoutCancel(ctx))
-		}
-	}()
-	for range 2 {
-		sb, err := c.Prepare(ctx, tmpl)
-		if err != nil {
-			r.err = err
-			return r
-		}
-		sbs = append(sbs, sb.(*Sandbox))
-	}
-	sb, peer := sbs[0], sbs[1]
-	gw := sb.net.Gateway().String()
-	r.Rows = egresstest.SandboxTable(gw, peer.net.Addr().String())
-	r.summary = fmt.Sprintf("%d checks, slot %s, rig %s", len(r.Rows), sb.net.Addr(), filepath.Base(rig.HostNetns))
-	inv, err := egresstest.TableInvocation("battery-egress-"+sb.id, img, workDir+"/egressprobe", r.Rows, rig.CAPEM, gw, probe)
-	if err != nil {
-		r.err = err
-		return r
-	}
-	res, err := sb.Run(ctx, inv)
-	if err != nil {
-		r.err = err
-		return r
-	}
-	if r.Rep, err = egresstest.ParseReport(res); err != nil {
-		r.err = err
-		return r
-	}
-	r.Queries = rig.Queries()
-	return r
+	})
 }
