@@ -3,10 +3,7 @@ package native
 import (
 	"context"
 	"errors"
-	"maps"
 	"path/filepath"
-	"slices"
-	"sync"
 
 	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/egress"
@@ -56,38 +53,22 @@ func EgressSuite(b *Backend, guest string, probe []byte) battery.Suite {
 	if b.net == nil {
 		return s
 	}
-	var mu sync.Mutex
-	runs := map[battery.Weakness]*egresstest.TableRun{}
-	get := func(ctx context.Context, t battery.Target) *egresstest.TableRun {
-		tb, ok := t.Backend.(*Backend)
-		if !ok {
-			return &egresstest.TableRun{Err: errors.New("not a native backend")}
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if r := runs[tb.weak]; r != nil {
-			return r
-		}
-		r := runEgress(ctx, tb, probe)
-		runs[tb.weak] = r
-		return r
-	}
 	s.NotApplicable[82] = egressNA82
-	for _, id := range slices.Sorted(maps.Keys(egressControls)) {
+	for id := range egressControls {
 		delete(s.NotApplicable, id)
-		s.Probes = append(s.Probes, battery.Probe{ID: id, Weakness: egressControls[id], Backends: []string{"native"},
-			Run: func(ctx context.Context, t battery.Target) battery.Observation {
-				r := get(ctx, t)
-				obs := battery.Observation{Tried: "egress truth table from a native sandbox (and a re-executed child) bound to the tenant allowlist, against an isolated rig; " + r.Summary}
-				if r.Err != nil {
-					obs.Observed = r.Err.Error()
-					return obs
-				}
-				v := egresstest.Judge(id, r.Run)
-				obs.Observed, obs.Secure = v.String(), v.Secure()
-				return obs
-			}})
 	}
+	s.Probes = append(s.Probes, egresstest.Probes(egressControls, "native",
+		"egress truth table from a native sandbox (and a re-executed child) bound to the tenant allowlist, against an isolated rig",
+		func(t battery.Target) (battery.Weakness, error) {
+			tb, ok := t.Backend.(*Backend)
+			if !ok {
+				return "", errors.New("not a native backend")
+			}
+			return tb.weak, nil
+		},
+		func(ctx context.Context, t battery.Target) *egresstest.TableRun {
+			return runEgress(ctx, t.Backend.(*Backend), probe)
+		})...)
 	return s
 }
 

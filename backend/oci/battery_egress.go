@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"slices"
-	"sync"
 
 	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/egress"
@@ -61,38 +59,18 @@ const egressTag = "bat"
 
 // egressProbes returns rows 71–84 for b, sharing one run per weakness.
 func egressProbes(b *Backend) []battery.Probe {
-	var mu sync.Mutex
-	runs := map[battery.Weakness]*egresstest.TableRun{}
-	get := func(ctx context.Context, t battery.Target) *egresstest.TableRun {
-		tb, ok := t.Backend.(*Backend)
-		if !ok {
-			return &egresstest.TableRun{Err: errors.New("not an OCI backend")}
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if r := runs[tb.weak]; r != nil {
-			return r
-		}
-		r := runEgressTable(ctx, tb, t.Image)
-		runs[tb.weak] = r
-		return r
-	}
-	var out []battery.Probe
-	for _, id := range slices.Sorted(maps.Keys(egressControls)) {
-		out = append(out, battery.Probe{ID: id, Weakness: egressControls[id], Backends: []string{b.name},
-			Run: func(ctx context.Context, t battery.Target) battery.Observation {
-				r := get(ctx, t)
-				obs := battery.Observation{Tried: "egress truth table in a container sandbox bound to the tenant allowlist, against an isolated rig; " + r.Summary}
-				if r.Err != nil {
-					obs.Observed = r.Err.Error()
-					return obs
-				}
-				v := egresstest.Judge(id, r.Run)
-				obs.Observed, obs.Secure = v.String(), v.Secure()
-				return obs
-			}})
-	}
-	return out
+	return egresstest.Probes(egressControls, b.name,
+		"egress truth table in a container sandbox bound to the tenant allowlist, against an isolated rig",
+		func(t battery.Target) (battery.Weakness, error) {
+			tb, ok := t.Backend.(*Backend)
+			if !ok {
+				return "", errors.New("not an OCI backend")
+			}
+			return tb.weak, nil
+		},
+		func(ctx context.Context, t battery.Target) *egresstest.TableRun {
+			return runEgressTable(ctx, t.Backend.(*Backend), t.Image)
+		})
 }
 
 // runEgressTable runs the sandbox truth table on a copy of tb wired to the

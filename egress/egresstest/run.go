@@ -3,9 +3,13 @@ package egresstest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
+	"sync"
 	"time"
 
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -82,4 +86,45 @@ func RunTable(ctx context.Context, tag, img string, probe []byte, prepare func(*
 	}
 	r.Queries = rig.Queries()
 	return r
+}
+
+// Probes returns the battery probes of the egress rows in controls (row →
+// the weakness of its positive control) for backend. Every row judges one
+// table run: run makes it for a target's configuration, once per weakness
+// (the rows of one configuration share it); weakness says which a target
+// is, or why it cannot run. tried describes the run for the observations.
+func Probes(controls map[int]battery.Weakness, backend, tried string,
+	weakness func(battery.Target) (battery.Weakness, error), run func(context.Context, battery.Target) *TableRun) []battery.Probe {
+	var mu sync.Mutex
+	runs := map[battery.Weakness]*TableRun{}
+	get := func(ctx context.Context, t battery.Target) *TableRun {
+		w, err := weakness(t)
+		if err != nil {
+			return &TableRun{Err: err}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if r := runs[w]; r != nil {
+			return r
+		}
+		r := run(ctx, t)
+		runs[w] = r
+		return r
+	}
+	var out []battery.Probe
+	for _, id := range slices.Sorted(maps.Keys(controls)) {
+		out = append(out, battery.Probe{ID: id, Weakness: controls[id], Backends: []string{backend},
+			Run: func(ctx context.Context, t battery.Target) battery.Observation {
+				r := get(ctx, t)
+				obs := battery.Observation{Tried: tried + "; " + r.Summary}
+				if r.Err != nil {
+					obs.Observed = r.Err.Error()
+					return obs
+				}
+				v := Judge(id, r.Run)
+				obs.Observed, obs.Secure = v.String(), v.Secure()
+				return obs
+			}})
+	}
+	return out
 }
