@@ -84,11 +84,13 @@ func execute(ctx context.Context, job Job, attr func(*syscall.SysProcAttr)) Repl
 	killGroup := func() { _ = syscall.Kill(-pid, syscall.SIGKILL) }
 	defer killGroup() // whatever the leader did, nothing of the job outlives it
 
-	// The leader's exit closes exitW (the waiter holds its only copy); ctx
-	// closes wakeW.
+	// The leader's exit closes exitW (the waiter holds its only copy) and
+	// then reaped; ctx closes wakeW.
 	var ws syscall.WaitStatus
 	var ru syscall.Rusage
+	reaped := make(chan struct{})
 	go func() {
+		defer close(reaped)
 		for {
 			_, err := syscall.Wait4(pid, &ws, 0, &ru)
 			if err != syscall.EINTR {
@@ -165,7 +167,7 @@ func execute(ctx context.Context, job Job, attr func(*syscall.SysProcAttr)) Repl
 	if exited.IsZero() {
 		killGroup()
 	}
-	<-fds.closed(exitW) // the waiter has reaped the leader: ws and ru are set
+	<-reaped // ws and ru are set
 	rep.Wall = time.Since(start)
 	rep.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	rep.MaxRSS = ru.Maxrss * 1024
@@ -193,7 +195,7 @@ func msUntil(t time.Time) int {
 // whichever goroutine closes it first.
 type fdSet struct {
 	mu   sync.Mutex
-	open map[int]chan struct{} // closed when the fd is
+	open map[int]bool
 }
 
 // pipe makes a close-on-exec pipe.
@@ -225,9 +227,9 @@ func (s *fdSet) add(fd int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.open == nil {
-		s.open = map[int]chan struct{}{}
+		s.open = map[int]bool{}
 	}
-	s.open[fd] = make(chan struct{})
+	s.open[fd] = true
 }
 
 // close closes fds still open in the set.
@@ -235,9 +237,8 @@ func (s *fdSet) close(fds ...int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, fd := range fds {
-		if c, ok := s.open[fd]; ok {
+		if s.open[fd] {
 			syscall.Close(fd)
-			close(c)
 			delete(s.open, fd)
 		}
 	}
@@ -250,18 +251,6 @@ func (s *fdSet) release(fd int) int {
 	defer s.mu.Unlock()
 	delete(s.open, fd)
 	return fd
-}
-
-// closed returns a channel closed once fd is (at once if it was).
-func (s *fdSet) closed(fd int) <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c, ok := s.open[fd]; ok {
-		return c
-	}
-	c := make(chan struct{})
-	close(c)
-	return c
 }
 
 func (s *fdSet) closeAll() {
