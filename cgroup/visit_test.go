@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -58,7 +57,7 @@ func TestVisitChildIsBornInsideAndKillSparesUs(t *testing.T) {
 			return
 		}
 		for _, c := range v1Controllers {
-			if !inGroup(string(out), c, g.Path()) {
+			if PathIn(string(out), c) != "/"+g.Path() {
 				t.Errorf("child not born in %s of %s:\n%s", c, g.Path(), out)
 			}
 		}
@@ -82,7 +81,7 @@ func TestVisitChildIsBornInsideAndKillSparesUs(t *testing.T) {
 			t.Errorf("leave memory: %v", err)
 		}
 		own, _ := os.ReadFile("/proc/thread-self/cgroup")
-		if inGroup(string(own), "memory", g.Path()) || !inGroup(string(own), "pids", g.Path()) {
+		if PathIn(string(own), "memory") == "/"+g.Path() || PathIn(string(own), "pids") != "/"+g.Path() {
 			t.Errorf("after leaving memory:\n%s", own)
 		}
 	})
@@ -157,15 +156,4 @@ func visitorHelper(rel string) {
 		}
 	})
 	os.Exit(0)
-}
-
-// inGroup reports whether a /proc/<pid>/cgroup text places c at rel.
-func inGroup(text, c, rel string) bool {
-	for _, line := range strings.Split(text, "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) == 3 && parts[2] == "/"+rel && slices.Contains(strings.Split(parts[1], ","), c) {
-			return true
-		}
-	}
-	return false
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/wovyr/wovyr/cgroup"
 	"github.com/wovyr/wovyr/vmm"
 )
 
@@ -108,20 +109,7 @@ func checkLimits(proc string) []string {
 	var bad []string
 	cg, _ := os.ReadFile(filepath.Join(proc, "cgroup"))
 	for _, ctl := range []string{"memory", "pids", "cpu"} {
-		path, unifiedPath := "", ""
-		for _, line := range strings.Split(string(cg), "\n") {
-			parts := strings.SplitN(line, ":", 3)
-			switch {
-			case len(parts) != 3:
-			case slices.Contains(strings.Split(parts[1], ","), ctl):
-				path = parts[2]
-			case parts[0] == "0" && parts[1] == "":
-				unifiedPath = parts[2]
-			}
-		}
-		if path == "" {
-			path = unifiedPath
-		}
+		path := cgroup.PathIn(string(cg), ctl)
 		if !strings.HasPrefix(path, "/"+vmm.CgroupParent+"/") {
 			bad = append(bad, ctl+" cgroup is "+strconv.Quote(path)+", not wovyr's")
 			continue

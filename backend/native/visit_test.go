@@ -40,7 +40,7 @@ func TestWorkloadBornInGroup(t *testing.T) {
 		t.Fatalf("stdout %q", res.Stdout)
 	}
 	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
-		if !inGroup(parts[0], c, rel) {
+		if cgroup.PathIn(parts[0], c) != "/"+rel {
 			t.Errorf("workload not in %s of %s:\n%s", c, rel, parts[0])
 		}
 	}
@@ -68,15 +68,4 @@ func TestOOMSparesWovyr(t *testing.T) {
 	if res.Class != sandbox.OOM {
 		t.Fatalf("class %q, want oom", res.Class)
 	}
-}
-
-// inGroup reports whether a /proc/<pid>/cgroup text places c at rel.
-func inGroup(text, c, rel string) bool {
-	for _, line := range strings.Split(text, "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) == 3 && parts[2] == "/"+rel && slices.Contains(strings.Split(parts[1], ","), c) {
-			return true
-		}
-	}
-	return false
 }
