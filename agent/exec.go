@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -268,22 +269,163 @@ func LookPath(argv0 string, env []string) (string, error) {
 	if strings.Contains(argv0, "/") {
 		return argv0, nil
 	}
+	return lookPath(argv0, env, func(f string) (fs.FileMode, error) {
+		st, err := os.Stat(f)
+		if err != nil {
+			return 0, err
+		}
+		return st.Mode(), nil
+	})
+}
+
+func lookPath(argv0 string, env []string, mode func(string) (fs.FileMode, error)) (string, error) {
+	for _, dir := range filepath.SplitList(PathOf(env)) {
+		if dir == "" {
+			continue
+		}
+		f := filepath.Join(dir, argv0)
+		if m, err := mode(f); err == nil && m.IsRegular() && m&0o111 != 0 {
+			return f, nil
+		}
+	}
+	return "", fmt.Errorf("%s: command not found", argv0)
+}
+
+// PathOf is the PATH a job with env searches: its own, else defaultPath.
+func PathOf(env []string) string {
 	p := defaultPath
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			p = v
 		}
 	}
-	for _, dir := range filepath.SplitList(p) {
-		if dir == "" {
-			continue
+	return p
+}
+
+// LookPathIn resolves argv0 as the agent would for a job in dir (an
+// absolute path inside the sandbox) had it run there, but from outside:
+// inside the root filesystem at root, every path and symlink resolved as in
+// a chroot to it (openat2 RESOLVE_IN_ROOT). It also refuses what execve
+// would: a file that is neither ELF nor a "#!" script, and a script whose
+// interpreter is missing. Its errors read as the agent's reply would:
+// "x: command not found", "fork/exec /x: permission denied". The host uses
+// it to start a one-shot workload as the container's init (backend/oci),
+// where nothing has run yet and a runtime's own exec failure would read as
+// the workload's exit status.
+//
+// mounts are what the sandbox mounts over root, by destination: a bind
+// mount's host source, or "" for a filesystem that starts empty (tmpfs,
+// proc, …). A path at or below one is looked up there (by its lexical
+// path; a symlink in root into a mount is judged by root's own view).
+func LookPathIn(root, dir, argv0 string, env []string, mounts map[string]string) (string, error) {
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", fmt.Errorf("open root: %w", err)
+	}
+	defer unix.Close(rfd)
+	open := func(p string, flags int) (int, error) {
+		if src, rel, ok := mountOf(mounts, p); ok {
+			if src == "" {
+				return -1, syscall.ENOENT
+			}
+			return unix.Open(filepath.Join(src, rel), flags|unix.O_CLOEXEC, 0)
 		}
-		f := filepath.Join(dir, argv0)
-		if st, err := os.Stat(f); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-			return f, nil
+		return unix.Openat2(rfd, p, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: unix.RESOLVE_IN_ROOT})
+	}
+	mode := func(p string) (fs.FileMode, error) {
+		fd, err := open(p, unix.O_PATH)
+		if err != nil {
+			return 0, err
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return 0, err
+		}
+		m := fs.FileMode(st.Mode & 0o777)
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			m |= fs.ModeIrregular
+		}
+		return m, nil
+	}
+	prog := argv0
+	if !strings.Contains(argv0, "/") {
+		if prog, err = lookPath(argv0, env, mode); err != nil {
+			return "", err
+		}
+	} else {
+		p := argv0
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		m, err := mode(p)
+		switch {
+		case err != nil:
+			return "", fmt.Errorf("fork/exec %s: %w", argv0, err)
+		case !m.IsRegular() || m&0o111 == 0:
+			return "", fmt.Errorf("fork/exec %s: %w", argv0, syscall.EACCES)
 		}
 	}
-	return "", fmt.Errorf("%s: command not found", argv0)
+	p := prog
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(dir, p)
+	}
+	if err := execFormat(p, open, mode); err != nil {
+		return "", fmt.Errorf("fork/exec %s: %w", prog, err)
+	}
+	return prog, nil
+}
+
+// mountOf finds the deepest of mounts at or above the absolute path p and
+// returns its source and p relative to it.
+func mountOf(mounts map[string]string, p string) (src, rel string, ok bool) {
+	p = filepath.Clean(p)
+	best := ""
+	for dest := range mounts {
+		d := filepath.Clean(dest)
+		if d != "/" && (p == d || strings.HasPrefix(p, d+"/")) && len(d) > len(best) {
+			best = d
+		}
+	}
+	if best == "" {
+		return "", "", false
+	}
+	return mounts[best], strings.TrimPrefix(strings.TrimPrefix(p, best), "/"), true
+}
+
+// execFormat is execve's verdict on the file at p from its first bytes: an
+// ELF binary, or a "#!" script whose interpreter is an executable file.
+func execFormat(p string, open func(string, int) (int, error), mode func(string) (fs.FileMode, error)) error {
+	fd, err := open(p, unix.O_RDONLY|unix.O_NONBLOCK)
+	if err != nil {
+		return err
+	}
+	var head [256]byte
+	n, err := unix.Pread(fd, head[:], 0)
+	unix.Close(fd)
+	if err != nil {
+		return err
+	}
+	b := head[:n]
+	switch {
+	case strings.HasPrefix(string(b), "\x7fELF"):
+		return nil
+	case strings.HasPrefix(string(b), "#!"):
+		line, _, _ := strings.Cut(string(b[2:]), "\n")
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			return syscall.ENOEXEC
+		}
+		m, err := mode(f[0])
+		if err != nil {
+			return syscall.ENOENT // as execve reports a missing interpreter
+		}
+		if !m.IsRegular() || m&0o111 == 0 {
+			return syscall.EACCES
+		}
+		return nil
+	}
+	return syscall.ENOEXEC
 }
 
 func writeFiles(dir string, files []File) error {

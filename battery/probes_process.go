@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,15 +83,33 @@ func probeEnv(ctx context.Context, t Target) Observation {
 	inv.Workload.Env = []string{"ONLY=this"}
 	g := runIn(ctx, sb, inv)
 	env := strings.Split(g.rep.Data["env"], "\x00")
+	// An OCI runtime starting the workload as the container's init gives
+	// it the HOME its own /etc/passwd names when the env has none: that
+	// is the sandbox's, not the host's. Anything else is a leak.
+	rest := slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		h := g.rep.Data["passwd_home"]
+		return h != "" && kv == "HOME="+h
+	})
 	return Observation{Tried: "give env ONLY=this; list the environment inside",
 		Observed: fmt.Sprintf("%d variables: %.120q", len(env), g.rep.Data["env"]),
-		Secure:   g.err == nil && len(env) == 1 && env[0] == "ONLY=this"}
+		Secure:   g.err == nil && len(rest) == 1 && rest[0] == "ONLY=this"}
 }
+
+// tenantGap is how long twoTenants lets tenant A run before B starts, and
+// tenantHold (ms) how long A's prober holds what B looks for. A's Run may
+// first have to start its container (a one-shot sandbox's runtime: tens of
+// ms for crun, a few hundred for runsc, more under load), so the gap is
+// well over that; a start slower still fails the positive controls (B
+// reaches nothing), never the other way round.
+const (
+	tenantGap  = 1500 * time.Millisecond
+	tenantHold = "4000"
+)
 
 // twoTenants prepares two sandboxes, runs a in the first, then (while a
 // still runs) b in the second, and returns both runs. Both are prepared
 // first, so a slow Prepare (runsc) cannot eat the window in which a runs.
-func twoTenants(ctx context.Context, t Target, a, b []string, gap time.Duration) (guestRun, guestRun) {
+func twoTenants(ctx context.Context, t Target, a, b []string) (guestRun, guestRun) {
 	tmpl := sandbox.Template{Kind: sandbox.KindCommand, Image: t.Image}
 	sa, err := t.Backend.Prepare(ctx, tmpl)
 	if err != nil {
@@ -107,7 +126,7 @@ func twoTenants(ctx context.Context, t Target, a, b []string, gap time.Duration)
 	invA := probeInvocation(t, sandbox.Limits{Wall: 10 * time.Second}, a...)
 	invA.Tenant = "wovyr-battery-a"
 	wg.Go(func() { ga = runIn(ctx, sa, invA) })
-	time.Sleep(gap)
+	time.Sleep(tenantGap)
 	invB := probeInvocation(t, sandbox.Limits{}, b...)
 	invB.Tenant = "wovyr-battery-b"
 	gb := runIn(ctx, sb, invB)
@@ -117,7 +136,7 @@ func twoTenants(ctx context.Context, t Target, a, b []string, gap time.Duration)
 
 func probeSignals(ctx context.Context, t Target) Observation {
 	m := marker("signals")
-	_, gb := twoTenants(ctx, t, []string{"sleep", "2000", m}, []string{"kill", m}, 500*time.Millisecond)
+	_, gb := twoTenants(ctx, t, []string{"sleep", tenantHold, m}, []string{"kill", m})
 	return Observation{Tried: "tenant B sends SIGKILL to tenant A's running process",
 		Observed: fmt.Sprintf("B saw %s, killed %d (%s)", gb.rep.Data["seen"], gb.rep.Count, gb.rep.Errno),
 		Secure:   gb.err == nil && gb.rep.Count == 0}
@@ -125,14 +144,14 @@ func probeSignals(ctx context.Context, t Target) Observation {
 
 func probeLocalSockets(ctx context.Context, t Target) Observation {
 	port := "47047"
-	_, gb := twoTenants(ctx, t, []string{"listen", port, "2000"}, []string{"connect", "127.0.0.1:" + port}, 500*time.Millisecond)
+	_, gb := twoTenants(ctx, t, []string{"listen", port, tenantHold}, []string{"connect", "127.0.0.1:" + port})
 	return Observation{Tried: "tenant A listens on 127.0.0.1:" + port + "; tenant B connects",
 		Observed: gb.String(), Secure: gb.err == nil && gb.rep.Count == 0}
 }
 
 func probeSharedStorage(ctx context.Context, t Target) Observation {
 	m := marker("storage")
-	_, gb := twoTenants(ctx, t, []string{"canary", m, "2000"}, []string{"peek", m}, 500*time.Millisecond)
+	_, gb := twoTenants(ctx, t, []string{"canary", m, tenantHold}, []string{"peek", m})
 	return Observation{Tried: "tenant B reads the canary in tenant A's workspace through /proc/<pid>/cwd",
 		Observed: fmt.Sprintf("read %d canaries (%s)", gb.rep.Count, gb.rep.Errno),
 		Secure:   gb.err == nil && gb.rep.Count == 0}

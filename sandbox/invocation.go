@@ -68,7 +68,10 @@ type Workload struct {
 	// Module is the wasm module's bytes for KindWasm.
 	Module []byte   `json:"module,omitempty"`
 	Argv   []string `json:"argv"`
-	// Env is the complete environment as KEY=VALUE; nothing is inherited.
+	// Env is the complete environment as KEY=VALUE; nothing is inherited
+	// from the host. One addition: a workload that an OCI runtime starts as
+	// its container's init (one-shot container and gVisor sandboxes) gets
+	// the HOME its template's /etc/passwd names when Env sets none.
 	Env   []string `json:"env,omitempty"`
 	Stdin []byte   `json:"stdin,omitempty"`
 	// Files are written into the workspace before the workload starts.

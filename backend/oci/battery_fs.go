@@ -80,7 +80,7 @@ func sandboxRootNames(s *Sandbox) map[string]bool {
 // template's entries (gVisor's Sentry and gofer: an empty pivot root).
 func probeRoot(ctx context.Context, t battery.Target) battery.Observation {
 	obs := battery.Observation{Tried: "host stats and lists /proc/<pid>/root and /proc/<pid>/cwd of every sandbox process"}
-	s, err := prepared(ctx, t)
+	s, err := started(ctx, t)
 	if err != nil {
 		obs.Observed = err.Error()
 		return obs
@@ -174,7 +174,7 @@ func hostTopDirs() []os.FileInfo {
 // runtime process and classifies it against fdAllowed.
 func probeHostFDs(ctx context.Context, t battery.Target) battery.Observation {
 	obs := battery.Observation{Tried: "host readlinks /proc/<pid>/fd/* of every sandbox process and classifies them"}
-	s, err := prepared(ctx, t)
+	s, err := started(ctx, t)
 	if err != nil {
 		obs.Observed = err.Error()
 		return obs
@@ -206,7 +206,9 @@ func probeHostFDs(ctx context.Context, t battery.Target) battery.Observation {
 // cannot widen it (devices.allow is on a read-only cgroupfs).
 func probeDeviceCgroup(ctx context.Context, t battery.Target) battery.Observation {
 	obs := battery.Observation{Tried: "host reads the sandbox's devices.list; the sandbox writes 'a *:* rwm' to devices.allow"}
-	s, err := prepared(ctx, t)
+	// Started: the list is read after the run, from a container that is
+	// still there.
+	s, err := started(ctx, t)
 	if err != nil {
 		obs.Observed = err.Error()
 		return obs

@@ -182,7 +182,7 @@ func probeRuntimeOverwrite(ctx context.Context, t battery.Target) battery.Observ
 // process there is the agent's child).
 func probeToolHijack(ctx context.Context, t battery.Target) battery.Observation {
 	obs := battery.Observation{Tried: "replace /bin/{true,sh,ls,cat,ps,kill,mount,umount} with mark-leaving scripts; host pings the agent after the job"}
-	s, err := prepared(ctx, t)
+	s, err := started(ctx, t)
 	if err != nil {
 		obs.Observed = err.Error()
 		return obs

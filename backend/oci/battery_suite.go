@@ -168,6 +168,22 @@ func prepared(ctx context.Context, t battery.Target) (*Sandbox, error) {
 	return s, nil
 }
 
+// started is prepared with the container running, for the probes that
+// inspect a live sandbox's processes from the host: a one-shot sandbox
+// (oneshot.go) starts its agent early, as a Run that needs it would. Its
+// container is the one a one-shot workload gets but for the process.
+func started(ctx context.Context, t battery.Target) (*Sandbox, error) {
+	s, err := prepared(ctx, t)
+	if err != nil || !s.oneShot {
+		return s, err
+	}
+	if err := s.startAgent(ctx); err != nil {
+		s.Destroy(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return s, nil
+}
+
 func shell(t battery.Target, script string) *sandbox.Invocation {
 	return &sandbox.Invocation{Tenant: "wovyr-battery", Policy: sandbox.Policy{Trust: sandbox.Trusted},
 		Limits:   sandbox.Limits{Wall: 20 * time.Second},
@@ -205,7 +221,7 @@ func statusFields(file string) map[string]string {
 // agent, or runsc's Sentry and gofer) runs unprivileged — no host uid 0.
 func probeHostCreds(ctx context.Context, t battery.Target) battery.Observation {
 	obs := battery.Observation{Tried: "host reads Uid/Gid/CapEff/NoNewPrivs/Seccomp of every sandbox thread"}
-	s, err := prepared(ctx, t)
+	s, err := started(ctx, t)
 	if err != nil {
 		obs.Observed = err.Error()
 		return obs
@@ -235,7 +251,7 @@ func probeHostCreds(ctx context.Context, t battery.Target) battery.Observation {
 // uts, net, user and cgroup namespaces (gVisor: the Sentry's own).
 func probeNamespaces(ctx context.Context, t battery.Target) battery.Observation {
 	obs := battery.Observation{Tried: "host compares /proc/<pid>/ns/* of the sandbox with its own"}
-	s, err := prepared(ctx, t)
+	s, err := started(ctx, t)
 	if err != nil {
 		obs.Observed = err.Error()
 		return obs
@@ -377,7 +393,7 @@ func probeHostUIDs(ctx context.Context, t battery.Target) battery.Observation {
 	obs := battery.Observation{Tried: "host reads the uid of two concurrently prepared sandboxes"}
 	var uids []string
 	for range 2 {
-		s, err := prepared(ctx, t)
+		s, err := started(ctx, t)
 		if err != nil {
 			obs.Observed = err.Error()
 			return obs

@@ -28,7 +28,7 @@ func median(d []time.Duration) time.Duration {
 	return d[len(d)/2]
 }
 
-func benchBackend(b *testing.B, gvisor, pooled bool) *Backend {
+func benchBackend(b testing.TB, gvisor, pooled bool) *Backend {
 	cfg := testConfig(b)
 	cfg.Pooled = pooled
 	var be *Backend
@@ -49,7 +49,7 @@ func benchBackend(b *testing.B, gvisor, pooled bool) *Backend {
 
 // rawBundle writes a bundle equivalent to a sandbox's: the same generated
 // spec over the template itself (read-only, no overlay, no agent).
-func rawBundle(b *testing.B, be *Backend, argv []string) string {
+func rawBundle(b testing.TB, be *Backend, argv []string) string {
 	// A scratch dir of its own, locked like a sandbox's so that a
 	// concurrent Reconcile (other test runs on this machine) leaves it be.
 	sc := &Sandbox{b: be, dir: filepath.Join(be.run, "sb", newID(be.gvisor))}

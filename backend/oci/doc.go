@@ -3,23 +3,30 @@
 // it to an OCI runtime — crun (runc as fallback) for "container", runsc for
 // "gvisor".
 //
-// A sandbox is a started container whose init is wovyr's static job agent
-// (package agent, binary wovyr-guest), bind-mounted read-only into an
-// otherwise unchanged template. Prepare makes the sandbox's own cgroup
-// /wovyr/_pool/<id> and starts the container tenant-neutrally in the
-// runtime's cgroup below it (…/<id>/runtime, the template's limits); Run
-// claims it for a tenant: it writes that invocation's limits into
-// /wovyr/_pool/<id> and with prlimit on the agent, then sends the job over
-// the agent's stdio pipes. No process changes cgroup at claim (a cgroup v1
-// migration waits for an RCU grace period); the tenant is the sandbox's,
-// recorded with its result, and its usage is read from its own cgroup, which
-// outlives the runtime's. A sandbox runs one invocation and is then destroyed.
+// A sandbox is an OCI bundle over an otherwise unchanged template, into
+// which wovyr's static job agent (package agent, binary wovyr-guest) is
+// bind-mounted read-only. Prepare makes the sandbox's own cgroup
+// /wovyr/_pool/<id>, the runtime's parent (…/<id>/runtime, the template's
+// limits). A sandbox runs one invocation and is then destroyed.
 //
-// Sandboxes for a warm pool (Config.Pooled, the daemon's) are prepared for
-// a fast claim at a slower Prepare: the agent runs the template's shell once
-// before any tenant, and each gVisor sandbox is born on one host CPU, so
-// that the Sentry's hand-offs with its stubs never wake a halted CPU
-// (cpus.go); a claim for more than one core widens it again.
+// Sandboxes for a warm pool (Config.Pooled, the daemon's) are started
+// containers whose init is the agent, started tenant-neutrally at Prepare;
+// Run claims one for a tenant: it writes that invocation's limits into
+// /wovyr/_pool/<id> and sends the job, with its rlimits, over the agent's
+// stdio pipes. No process changes cgroup at claim (a cgroup v1 migration
+// waits for an RCU grace period); the tenant is the sandbox's, recorded
+// with its result, and its usage is read from its own cgroup, which
+// outlives the runtime's. Their Prepare is slower for a faster claim: the
+// agent runs the template's shell once before any tenant, and each gVisor
+// sandbox is born on one host CPU, so that the Sentry's hand-offs with its
+// stubs never wake a halted CPU (cpus.go); a claim for more than one core
+// widens it again.
+//
+// Other sandboxes are one-shot (oneshot.go): Prepare starts nothing, and
+// Run starts the runtime with the workload itself as the container's init,
+// as "crun run" would — no agent start, no second exec, nothing to kill
+// afterwards. Invocations that need the agent (files to write, wasm) start
+// it at Run instead.
 //
 // Wasm workloads run through the static wasm runner (`wovyr wasm-exec`,
 // Config.WasmRunner), bind-mounted read-only like the agent: the wasm

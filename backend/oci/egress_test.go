@@ -217,6 +217,11 @@ func TestEgressDenyAllInSlot(t *testing.T) {
 func TestEgressNoNetAdmin(t *testing.T) {
 	r := newEgressRig(t, "ot")
 	sb := prepareIn(t, r.b, "busybox")
+	// The host inspects the live container's namespaces after the run:
+	// a one-shot sandbox's would be gone with its workload.
+	if err := sb.startAgent(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	script := `cat /etc/resolv.conf
 ip link set eth0 down 2>/dev/null && echo LINKDOWN
 ip addr add 10.213.0.99/32 dev eth0 2>/dev/null && echo ADDR

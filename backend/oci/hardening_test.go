@@ -205,8 +205,14 @@ func TestSpecIsWrittenForRuntime(t *testing.T) {
 // or read/write the job stream through /proc/1/fd/0 and 1.
 func TestWorkloadCannotReachAgentFDs(t *testing.T) {
 	// runsc does not apply dumpability to procfs fd access (see the
-	// package doc): only runc/crun are held to it here.
-	b := newBackends(t)["container"]
+	// package doc): only runc/crun are held to it here. Pooled: a
+	// one-shot workload is pid 1 itself (oneshot.go).
+	cfg := testConfig(t)
+	cfg.Pooled = true
+	b, err := NewContainer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	res := run(t, b, cmd("/bin/sh", "-c",
 		`for fd in 0 1 2; do echo x >> /proc/1/fd/$fd 2>/dev/null && echo W$fd; head -c1 /proc/1/fd/$fd >/dev/null 2>&1 </dev/null && echo R$fd; readlink /proc/1/fd/$fd >/dev/null 2>&1 && echo L$fd; done; echo end`))
 	if got := strings.TrimSpace(string(res.Stdout)); got != "end" {

@@ -9,7 +9,7 @@ import (
 )
 
 func TestForkBombStopsAtPidsLimit(t *testing.T) {
-	for name, b := range newBackends(t) {
+	for name, b := range newBackendsBothModes(t) {
 		t.Run(name, func(t *testing.T) {
 			// Fork 200 sleepers: with pids=32, forks must fail with EAGAIN.
 			inv := cmd("/bin/sh", "-c", `i=0; while [ $i -lt 200 ]; do sleep 30 & i=$((i+1)); done; echo forked $i`)
@@ -30,7 +30,7 @@ func TestForkBombStopsAtPidsLimit(t *testing.T) {
 }
 
 func TestMemoryHogIsOOM(t *testing.T) {
-	for name, b := range newBackends(t) {
+	for name, b := range newBackendsBothModes(t) {
 		t.Run(name, func(t *testing.T) {
 			// 300 MB of distinct pages under a 64 MB limit.
 			inv := cmd("/bin/dd", "if=/dev/zero", "of=/dev/null", "bs=300M", "count=1")
@@ -45,7 +45,7 @@ func TestMemoryHogIsOOM(t *testing.T) {
 }
 
 func TestCPUSpinKilledAtDeadline(t *testing.T) {
-	for name, b := range newBackends(t) {
+	for name, b := range newBackendsBothModes(t) {
 		t.Run(name, func(t *testing.T) {
 			inv := cmd("/bin/sh", "-c", `while :; do :; done`)
 			inv.Limits = sandbox.Limits{Wall: 1500 * time.Millisecond}
@@ -61,17 +61,21 @@ func TestCPUSpinKilledAtDeadline(t *testing.T) {
 }
 
 func TestCPULimitIsTimeout(t *testing.T) {
-	b := newBackends(t)["container"]
-	inv := cmd("/bin/sh", "-c", `while :; do :; done`)
-	inv.Limits = sandbox.Limits{Wall: 20 * time.Second, CPU: 300 * time.Millisecond}
-	res := run(t, b, inv)
-	if res.Class != sandbox.Timeout || !strings.Contains(res.Error, "CPU") {
-		t.Fatalf("class %q (%s), want a CPU-limit timeout", res.Class, res.Error)
+	all := newBackendsBothModes(t)
+	for _, name := range []string{"container", "container-pooled"} {
+		t.Run(name, func(t *testing.T) {
+			inv := cmd("/bin/sh", "-c", `while :; do :; done`)
+			inv.Limits = sandbox.Limits{Wall: 20 * time.Second, CPU: 300 * time.Millisecond}
+			res := run(t, all[name], inv)
+			if res.Class != sandbox.Timeout || !strings.Contains(res.Error, "CPU") {
+				t.Fatalf("class %q (%s), want a CPU-limit timeout", res.Class, res.Error)
+			}
+		})
 	}
 }
 
 func TestRlimitsPerInvocation(t *testing.T) {
-	for name, b := range newBackends(t) {
+	for name, b := range newBackendsBothModes(t) {
 		t.Run(name, func(t *testing.T) {
 			inv := cmd("/bin/sh", "-c", "ulimit -n; ulimit -f; ulimit -c")
 			inv.Limits = sandbox.Limits{NoFile: 64, Disk: 8 << 20}

@@ -53,12 +53,46 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	if res.ID == "" {
 		res.ID = s.id
 	}
+	direct := s.oneShot && s.client == nil && s.direct(inv)
+	if s.oneShot && s.client == nil && !direct {
+		// A one-shot sandbox started nothing at Prepare: this invocation
+		// needs the agent (oneshot.go), so it starts now.
+		if err := s.startAgent(ctx); err != nil {
+			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s: start the agent of %s", s.b.name, s.id)
+		}
+	}
 	if err := s.claim(inv, lim); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s: claim %s for %s", s.b.name, s.id, inv.Tenant)
 	}
 	if err := s.applyNetwork(ctx, inv); err != nil {
 		return nil, err
 	}
+	var err error
+	var done bool
+	if direct {
+		done, err = s.runInit(ctx, inv, lim, res)
+	} else {
+		done, err = s.runJob(ctx, inv, lim, res)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if done {
+		return res, nil
+	}
+	if len(inv.Workload.Collect) > 0 {
+		files, err := s.collect(inv.Workload.Collect, lim)
+		if err != nil {
+			return nil, err
+		}
+		res.Files = files
+	}
+	return res, nil
+}
+
+// runJob runs inv through the agent and fills in res. done reports a
+// sandbox whose files are not to be collected (cancelled, or lost).
+func (s *Sandbox) runJob(ctx context.Context, inv *sandbox.Invocation, lim sandbox.Limits, res *sandbox.Result) (done bool, err error) {
 	job := agent.Job{
 		ID: res.ID, Argv: inv.Workload.Argv, Env: inv.Workload.Env, Dir: workDir,
 		Stdin: inv.Workload.Stdin, Wall: lim.Wall, Output: lim.Output, Rlimits: s.rlimits(lim),
@@ -78,7 +112,7 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	wasm := inv.Workload.Kind == sandbox.KindWasm
 	if wasm {
 		if err := s.wasmJob(inv, lim, &job); err != nil {
-			return nil, err
+			return true, err
 		}
 	}
 
@@ -91,33 +125,27 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	// Usage and limits are judged from the host's own measurements: the
 	// reply comes from inside the sandbox and is only believed about what
 	// the workload controls anyway (exit status, output).
-	st := usageSince(s.tenant, s.base)
-	st.OOMKills = max(st.OOMKills, oomEvents(s.oomFD))
-	hostWall := res.Timings.Finished.Sub(res.Timings.Started)
-	res.Usage = sandbox.Usage{Wall: hostWall, CPU: st.CPU, PeakMemory: st.PeakMemory}
+	st := s.hostUsage(res)
+	hostWall := res.Usage.Wall
 	switch {
-	case cpuHit():
-		res.Class, res.ExitCode, res.Signal = sandbox.Timeout, 137, "killed"
-		res.Error = fmt.Sprintf("CPU time limit %s reached", lim.CPU)
-	case st.OOMKills > 0:
-		res.Class, res.Error = sandbox.OOM, fmt.Sprintf("memory limit %d bytes reached (%d OOM kills)", lim.Memory, st.OOMKills)
-		if err != nil {
-			res.ExitCode, res.Signal = 137, "killed"
+	case limitHit(res, cpuHit(), st, lim):
+		if res.Class == sandbox.OOM && err == nil {
+			res.ExitCode, res.Signal = 0, "" // the agent's reply says how the job ended
 		}
 	case err == nil && (rep.TimedOut || hostWall > lim.Wall+hostGrace/2):
 		res.Class, res.Error = sandbox.Timeout, fmt.Sprintf("wall-clock limit %s reached", lim.Wall)
 	case err != nil && ctx.Err() != nil:
 		res.Class, res.ExitCode, res.Signal, res.Error = sandbox.Killed, 137, "killed", "cancelled: "+ctx.Err().Error()
-		return res, nil
+		return true, nil
 	case err != nil && errors.Is(err, context.DeadlineExceeded):
 		res.Class, res.ExitCode, res.Signal = sandbox.Timeout, 137, "killed"
 		res.Error = fmt.Sprintf("wall-clock limit %s reached; the sandbox did not answer", lim.Wall)
-		return res, nil
+		return true, nil
 	case err != nil:
-		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s: sandbox %s lost its agent", s.b.name, s.id)
+		return true, sandbox.Wrap(sandbox.BackendFailure, err, "%s: sandbox %s lost its agent", s.b.name, s.id)
 	}
 	if err != nil {
-		return res, nil
+		return true, nil
 	}
 	if res.ExitCode == 0 && res.Signal == "" {
 		res.ExitCode, res.Signal = rep.ExitCode, signalName(rep.Signal)
@@ -129,17 +157,38 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	res.StdoutTruncated, res.StderrTruncated = rep.StdoutTruncated, rep.StderrTruncated
 	if rep.Error != "" && res.Class == sandbox.OK {
 		// Could not start (e.g. command not found): report it as a shell would.
-		res.Stderr = append(res.Stderr, []byte("wovyr: "+rep.Error+"\n")...)
+		res.Stderr = append(res.Stderr, []byte(notStarted(rep.Error))...)
 	}
 	s.afterJob(ctx)
-	if len(inv.Workload.Collect) > 0 {
-		files, err := s.collect(inv.Workload.Collect, lim)
-		if err != nil {
-			return nil, err
-		}
-		res.Files = files
+	return false, nil
+}
+
+// notStarted is the stderr line of a job that could not start (command not
+// found, …), as a shell would print it.
+func notStarted(why string) string { return "wovyr: " + why + "\n" }
+
+// limitHit classes res by the host-enforced limit the run hit, CPU time or
+// memory, as killed (137); it reports whether there was one.
+func limitHit(res *sandbox.Result, cpuHit bool, st cgroup.Stats, lim sandbox.Limits) bool {
+	switch {
+	case cpuHit:
+		res.Class, res.Error = sandbox.Timeout, fmt.Sprintf("CPU time limit %s reached", lim.CPU)
+	case st.OOMKills > 0:
+		res.Class, res.Error = sandbox.OOM, fmt.Sprintf("memory limit %d bytes reached (%d OOM kills)", lim.Memory, st.OOMKills)
+	default:
+		return false
 	}
-	return res, nil
+	res.ExitCode, res.Signal = 137, "killed"
+	return true
+}
+
+// hostUsage fills in res.Usage from the sandbox's cgroup and the host's
+// clock (Timings), and returns the cgroup's counters since the claim.
+func (s *Sandbox) hostUsage(res *sandbox.Result) cgroup.Stats {
+	st := usageSince(s.tenant, s.base)
+	st.OOMKills = max(st.OOMKills, oomEvents(s.oomFD))
+	res.Usage = sandbox.Usage{Wall: res.Timings.Finished.Sub(res.Timings.Started), CPU: st.CPU, PeakMemory: st.PeakMemory}
+	return st
 }
 
 func signalName(s string) string {
@@ -229,12 +278,18 @@ func (s *Sandbox) setLimits(lim sandbox.Limits, cpuMillis int64) error {
 	if err := s.writeLimits(lim, cpuMillis); err != nil {
 		return err
 	}
-	if lim.Memory > s.limits.Memory || lim.Pids > s.limits.Pids {
+	if s.leaf != nil && s.exceedsTemplate(lim) {
 		// The sandbox's cgroup alone limits: were the runtime's as high,
 		// an OOM would happen there, out of sight of watchOOM.
 		return setLimits(s.leaf, cgroup.Limits{Memory: math.MaxInt64, Pids: maxPids})
 	}
 	return nil
+}
+
+// exceedsTemplate reports limits above the template's shape, which the
+// runtime's own cgroup enforces.
+func (s *Sandbox) exceedsTemplate(lim sandbox.Limits) bool {
+	return lim.Memory > s.limits.Memory || lim.Pids > s.limits.Pids
 }
 
 // writeLimits makes the sandbox's cgroup enforce lim and cpuMillis, writing

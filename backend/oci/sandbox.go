@@ -27,7 +27,8 @@ import (
 	"github.com/wovyr/wovyr/sandbox"
 )
 
-// Sandbox is one prepared container running the agent. It runs at most one
+// Sandbox is one prepared container: running the agent (Config.Pooled), or
+// a bundle whose runtime Run starts (oneshot.go). It runs at most one
 // invocation; Destroy releases everything it holds.
 type Sandbox struct {
 	b        *Backend
@@ -44,6 +45,8 @@ type Sandbox struct {
 	agentFD  int                   // pidfd of the agent, or -1
 	runtime  chan struct{}         // closed when the foreground runtime has exited
 	stderr   *sandbox.SharedCapped // the runtime's and agent's stderr, capped
+	oneShot  bool                  // not Config.Pooled: Prepare starts nothing (oneshot.go)
+	spec     *specs.Spec           // as Prepare wrote it; a one-shot Run fills in the process
 
 	mu      sync.Mutex
 	used    bool
@@ -111,7 +114,7 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 }
 
 func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, lim sandbox.Limits) (_ *Sandbox, err error) {
-	s := &Sandbox{b: b, d: d, id: newID(b.gvisor), image: name, limits: lim, agentFD: -1, oomFD: -1}
+	s := &Sandbox{b: b, d: d, id: newID(b.gvisor), image: name, limits: lim, agentFD: -1, oomFD: -1, oneShot: !b.cfg.Pooled}
 	s.dir = filepath.Join(b.run, "sb", s.id)
 	defer func() {
 		if err != nil {
@@ -174,6 +177,10 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 		return nil, err
 	}
 	s.defer1(s.stop)
+	if s.oneShot {
+		b.cfg.Logger.Debug("sandbox prepared", "backend", b.name, "id", s.id, "image", name, "runtime", d.name, "uid", s.slot.ids.HostUID, "one-shot", true)
+		return s, nil
+	}
 	if err := step("run", func() error { return s.create(ctx) }); err != nil {
 		return nil, err
 	}
@@ -254,11 +261,16 @@ func (s *Sandbox) writeSpec() error {
 	if err := s.weakFiles(spec); err != nil {
 		return err
 	}
-	js, err := json.MarshalIndent(spec, "", "\t")
+	s.spec = spec
+	return writeConfig(s.dir, spec)
+}
+
+func writeConfig(dir string, spec *specs.Spec) error {
+	js, err := json.Marshal(spec)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(s.dir, "config.json"), js, 0o600)
+	return os.WriteFile(filepath.Join(dir, "config.json"), js, 0o600)
 }
 
 // pipeConn is the host end of the agent's stdio. Close is idempotent: the
@@ -403,9 +415,12 @@ func (s *Sandbox) killAgent() bool {
 	if s.agentFD >= 0 {
 		return unix.PidfdSendSignal(s.agentFD, unix.SIGKILL, nil, 0) == nil
 	}
-	if !s.b.gvisor {
-		return false
-	}
+	return s.b.gvisor && s.killTree()
+}
+
+// killTree SIGKILLs every process in the runtime's cgroup and below it,
+// through pidfds; it reports whether there was one.
+func (s *Sandbox) killTree() bool {
 	killed := false
 	for _, p := range treeProcs(poolCgroup(s.id)) {
 		fd, err := unix.PidfdOpen(p, 0)
@@ -416,6 +431,18 @@ func (s *Sandbox) killAgent() bool {
 		unix.Close(fd)
 	}
 	return killed
+}
+
+// startAgent starts the runtime with the agent as the container's init and
+// waits for its answer: Prepare's last steps, or a one-shot Run's first.
+func (s *Sandbox) startAgent(ctx context.Context) error {
+	if err := s.create(ctx); err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	if err := s.ready(ctx); err != nil {
+		return fmt.Errorf("ready: %w", err)
+	}
+	return nil
 }
 
 // ready waits until the agent answers a no-op job; for runc/crun it also

@@ -23,6 +23,24 @@ func newBackends(t *testing.T) map[string]*Backend {
 	return map[string]*Backend{"container": c, "gvisor": g}
 }
 
+// newBackendsBothModes is newBackends plus each backend as a pool's
+// (Config.Pooled, where the agent runs the workload rather than the
+// runtime), for the tests that hold both paths to the same limits.
+func newBackendsBothModes(t *testing.T) map[string]*Backend {
+	t.Helper()
+	m := newBackends(t)
+	for _, c := range constructors {
+		cfg := testConfig(t)
+		cfg.Pooled = true
+		b, err := c.new(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[c.name+"-pooled"] = b
+	}
+	return m
+}
+
 func run(t *testing.T, b *Backend, inv *sandbox.Invocation) *sandbox.Result {
 	t.Helper()
 	res, _ := runID(t, b, inv)
@@ -33,6 +51,12 @@ func run(t *testing.T, b *Backend, inv *sandbox.Invocation) *sandbox.Result {
 // nothing of it; it returns the result and the sandbox's id.
 func runID(t *testing.T, b *Backend, inv *sandbox.Invocation) (*sandbox.Result, string) {
 	t.Helper()
+	return runChecked(t, b, inv, nil)
+}
+
+// runChecked is runID with a look at the prepared sandbox before its run.
+func runChecked(t *testing.T, b *Backend, inv *sandbox.Invocation, prepared func(*Sandbox)) (*sandbox.Result, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sb, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand, Image: inv.Workload.Image})
@@ -40,6 +64,9 @@ func runID(t *testing.T, b *Backend, inv *sandbox.Invocation) (*sandbox.Result, 
 		t.Fatal(err)
 	}
 	s := sb.(*Sandbox)
+	if prepared != nil {
+		prepared(s)
+	}
 	res, err := sb.Run(ctx, inv)
 	if derr := sb.Destroy(ctx); derr != nil {
 		t.Error(derr)

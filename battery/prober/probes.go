@@ -246,7 +246,20 @@ func self(args []string) Report {
 	d["cgroup"] = strings.TrimSpace(string(cg))
 	wd, _ := os.Getwd()
 	d["cwd"] = wd
+	d["passwd_home"] = passwdHome(os.Getuid())
 	return Report{Data: d}
+}
+
+// passwdHome is uid's home directory in the sandbox's own /etc/passwd, ""
+// if it has none.
+func passwdHome(uid int) string {
+	b, _ := os.ReadFile("/etc/passwd")
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Split(line, ":"); len(f) >= 6 && f[2] == strconv.Itoa(uid) {
+			return f[5]
+		}
+	}
+	return ""
 }
 
 // readFile tries to read args[0].
