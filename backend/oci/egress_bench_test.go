@@ -20,8 +20,15 @@ import (
 //	go test -run '^$' -bench EgressClaim -benchtime 20x ./backend/oci
 func BenchmarkEgressClaim(b *testing.B) {
 	r := newEgressRig(b, "obb")
-	plain, err := NewContainer(testConfig(b))
+	cfg := testConfig(b)
+	cfg.Pooled = true // warm: the container runs from Prepare on
+	plain, err := NewContainer(cfg)
 	if err != nil {
+		b.Fatal(err)
+	}
+	cfg = r.b.cfg
+	cfg.Pooled = true
+	if r.b, err = NewContainer(cfg); err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
