@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -59,6 +61,10 @@ const (
 // startLimit bounds the runtime's start of a one-shot container (up to its
 // pid file): past it the sandbox is a backend failure, not the tenant's.
 const startLimit = 30 * time.Second
+
+// killLimit is how long a killed container's runtime may take to exit
+// before Run gives up on it.
+const killLimit = 30 * time.Second
 
 // pidPoll is how often Run looks for the runtime's pid file.
 const pidPoll = time.Millisecond
@@ -158,6 +164,9 @@ func (s *Sandbox) runInit(ctx context.Context, inv *sandbox.Invocation, lim sand
 		cmd.Stdin = bytes.NewReader(inv.Workload.Stdin)
 	}
 	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
+	// Once the runtime has exited, its stdio closes with the container's
+	// last process; this bounds the wait should something else hold it.
+	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Start(); err != nil {
 		return true, sandbox.Wrap(sandbox.BackendFailure, err, "%s run", s.d.name)
 	}
@@ -186,13 +195,16 @@ func (s *Sandbox) runInit(ctx context.Context, inv *sandbox.Invocation, lim sand
 	pidFile := poll.C
 	running := false
 	var why string // why the host killed the container, if it did
-	var retry <-chan time.Time
-	var runErr error
+	var retry, giveUp <-chan time.Time
+	var runErr, adoptErr error
 	kill := func(reason string) {
 		if why == "" {
 			why = reason
 		}
 		retry = s.killInit(cmd.Process.Pid)
+		if giveUp == nil {
+			giveUp = time.After(killLimit)
+		}
 	}
 wait:
 	for {
@@ -204,10 +216,17 @@ wait:
 			poll.Stop()
 			pidFile, running = nil, true
 			res.Timings.Started = time.Now()
-			if g, err := adopt(poolCgroup(s.id)); err == nil {
+			s.base = resetUsage(s.tenant)
+			switch g, err := adopt(poolCgroup(s.id)); {
+			case err == nil:
 				s.leaf = g
-				s.base = resetUsage(s.tenant)
 				cpuHit = s.watchCPU(hostCtx, cancel, lim.CPU)
+			case errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV) || treeEmpty(poolCgroup(s.id)):
+				// Already over: the runtime is removing its cgroup.
+			default:
+				adoptErr = err
+				kill("adopt") // its CPU limit could not be enforced
+				continue
 			}
 			clock.Reset(lim.Wall)
 		case runErr = <-exited:
@@ -223,9 +242,17 @@ wait:
 			kill("cancel") // the caller's, or watchCPU's (cpuHit says which)
 		case <-retry:
 			kill("") // until the runtime is gone
+		case <-giveUp:
+			// Destroy goes on trying; the run is over.
+			return true, sandbox.Errorf(sandbox.BackendFailure, "", "%s: %s run %s outlived its kill by %s", s.b.name, s.d.name, s.id, killLimit)
 		}
 	}
 	res.Timings.Finished = time.Now()
+	if !running {
+		// Started and gone between two polls.
+		_, err := os.Stat(pidPath)
+		running = err == nil
+	}
 	st := s.hostUsage(res)
 	res.Stdout, res.Stderr = stdout.Bytes(), stderr.Bytes()
 	res.StdoutTruncated, res.StderrTruncated = stdout.Truncated, stderr.Truncated
@@ -245,6 +272,8 @@ wait:
 	case why == "cancel":
 		res.Class, res.ExitCode, res.Signal, res.Error = sandbox.Killed, 137, "killed", "cancelled: "+context.Cause(ctx).Error()
 		return true, nil
+	case why == "adopt":
+		return true, sandbox.Wrap(sandbox.BackendFailure, adoptErr, "%s: the cgroup of %s", s.b.name, s.id)
 	case why == "start":
 		return true, sandbox.Errorf(sandbox.BackendFailure, "", "%s: %s did not start %s within %s", s.b.name, s.d.name, s.id, startLimit)
 	case rtErr != "" && !running:
