@@ -72,19 +72,13 @@ func (q *QEMU) Args(s *Spec) []string {
 	}
 	a := []string{
 		"-name", "wovyr-" + s.ID,
-		"-machine", "microvm,x-option-roms=off",
+		"-machine", MachineType,
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-msg", "timestamp=off",
 		"-smp", strconv.Itoa(cpus),
 		"-m", strconv.FormatInt(mem>>20, 10) + "M",
 	}
-	if s.Accel == KVM {
-		a = append(a, "-accel", "kvm", "-cpu", "host")
-	} else {
-		// A bounded translation cache: TCG's default (1 GiB) would be
-		// charged to the VM's memory cgroup as it fills.
-		a = append(a, "-accel", "tcg,tb-size=64", "-cpu", "max")
-	}
+	a = append(a, AccelArgs(s.Accel)...)
 	if !s.NoSandbox {
 		a = append(a, "-sandbox", SandboxOpts)
 	}
@@ -404,4 +398,20 @@ func closeFiles(files []*os.File) {
 	for _, f := range files {
 		f.Close()
 	}
+}
+
+// MachineType is the QEMU machine every wovyr VM runs on.
+const MachineType = "microvm,x-option-roms=off"
+
+// AccelArgs are the accelerator and CPU model arguments for a: the guest's
+// virtual hardware, which a benchmark's bare peer must share to compare
+// like with like.
+func AccelArgs(a Accel) []string {
+	if a == KVM {
+		return []string{"-accel", "kvm", "-cpu", "host"}
+	}
+	// A bounded translation cache: TCG's default (1 GiB) would be charged
+	// to the VM's memory cgroup as it fills. The max model gives the guest
+	// kernel SMEP, SMAP and UMIP.
+	return []string{"-accel", "tcg,tb-size=64", "-cpu", "max"}
 }

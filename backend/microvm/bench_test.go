@@ -11,13 +11,15 @@ import (
 
 	"github.com/wovyr/wovyr/agent"
 	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/vmm"
 )
 
 // BenchmarkMicroVM measures side by side, in one run and interleaved so
 // that machine load hits all alike:
 //
 //   - bare: plain qemu-system-x86_64 booting the same kernel and initramfs
-//     to the marker (no hardening, no disks, no cgroup) — the raw peer;
+//     on the same virtual machine (vmm.MachineType, vmm.AccelArgs) to the
+//     marker (no hardening, no disks, no cgroup) — the raw peer;
 //   - oneshot: a cold one-shot invocation of /bin/true (Prepare, Run,
 //     Destroy: scratch disk, boot, modules, mounts, job and result disks);
 //   - ready: a warm Prepare, boot to an agent that answered a ping;
@@ -88,11 +90,12 @@ func BenchmarkMicroVM(b *testing.B) {
 
 func bareBoot(b *testing.B, be *Backend) time.Duration {
 	im := be.probe.image
-	args := []string{"-M", "microvm", "-accel", string(be.probe.accel), "-m", "256M", "-smp", "1",
+	args := append([]string{"-machine", vmm.MachineType}, vmm.AccelArgs(be.probe.accel)...)
+	args = append(args, "-m", "256M", "-smp", "1",
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
 		"-kernel", im.Vmlinux(), "-initrd", im.Initramfs(),
-		"-append", baseCmdline + " " + agent.CmdlineMode + "=" + agent.ModeMarker}
+		"-append", baseCmdline+" "+agent.CmdlineMode+"="+agent.ModeMarker)
 	t0 := time.Now()
 	out, err := exec.Command("qemu-system-x86_64", args...).Output()
 	d := time.Since(t0)
