@@ -172,6 +172,17 @@ func TestReconcileKillsOrphanWorkers(t *testing.T) {
 	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	// Wait until the orphan is sleep itself: halfway through its execve
+	// /proc/<pid>/environ reads empty, and Reconcile would pass it by (seen
+	// under load).
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); strings.HasPrefix(string(cmd), "sleep\x00") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("orphan %d never became sleep", pid)
+		}
+	}
 	n, err := Reconcile(context.Background(), state)
 	if err != nil || n < 1 {
 		t.Fatalf("reconcile: %d %v", n, err)
