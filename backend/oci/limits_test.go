@@ -87,3 +87,26 @@ func TestRlimitsPerInvocation(t *testing.T) {
 		})
 	}
 }
+
+// TestLimitsAboveTemplate: a claim for more memory than the template's
+// shape gets it — the runtime's own cgroup, which carries the template's
+// limit, is lifted and the sandbox's enforces the claim — and the claimed
+// limit still holds.
+func TestLimitsAboveTemplate(t *testing.T) {
+	tmpl := sandbox.Limits{}.WithDefaults()
+	for name, b := range newBackendsBothModes(t) {
+		t.Run(name, func(t *testing.T) {
+			// 320 MB in one buffer: over the template's 256 MB, under the claim's 512.
+			fits := cmd("/bin/dd", "if=/dev/zero", "of=/dev/null", "bs=320M", "count=1")
+			fits.Limits = sandbox.Limits{Memory: 2 * tmpl.Memory, Wall: 60 * time.Second}
+			if res := run(t, b, fits); res.Class != sandbox.OK || res.ExitCode != 0 {
+				t.Fatalf("320 MB under a 512 MB claim: class %q exit %d (%s) stderr %.200s", res.Class, res.ExitCode, res.Error, res.Stderr)
+			}
+			over := cmd("/bin/dd", "if=/dev/zero", "of=/dev/null", "bs=600M", "count=1")
+			over.Limits = fits.Limits
+			if res := run(t, b, over); res.Class != sandbox.OOM {
+				t.Fatalf("600 MB under a 512 MB claim: class %q exit %d, want oom", res.Class, res.ExitCode)
+			}
+		})
+	}
+}
