@@ -37,7 +37,8 @@ type Backend struct {
 	nsMu    sync.Mutex
 	nsCache map[idmap.Range]*os.File // see userns
 
-	placer *cpuPlacer // pooled gVisor only: each sandbox's CPU (cpus.go)
+	placer *cpuPlacer     // pooled gVisor only: each sandbox's CPU (cpus.go)
+	ceil   rlimitCeilings // the agent's hard rlimits: what a claim may raise to (spec.go)
 }
 
 // NewContainer returns the container backend: crun, runc as fallback, or
@@ -59,7 +60,7 @@ func newBackend(cfg Config, name string, s sandbox.Strength, gvisor bool) (*Back
 	if cfg.Runtime, err = cfg.checkRuntime(gvisor); err != nil {
 		return nil, err
 	}
-	b := &Backend{cfg: cfg, name: name, strength: s, gvisor: gvisor, run: runDir(cfg.StateDir)}
+	b := &Backend{cfg: cfg, name: name, strength: s, gvisor: gvisor, run: runDir(cfg.StateDir), ceil: agentCeilings(!gvisor)}
 	if gvisor && cfg.Pooled {
 		if b.placer, err = newCPUPlacer(); err != nil {
 			return nil, err
@@ -167,8 +168,11 @@ func (b *Backend) imagesDir() string { return filepath.Join(b.cfg.StateDir, "ima
 // configHash digests what decides this backend's isolation: the runtime, its
 // flags and a spec generated for a fixed shape.
 func (b *Backend) configHash(d *driver) string {
+	// The rlimit ceilings uncapped: wovyr's own hard limits, which cap
+	// them under runc/crun, are the host's, not the configuration's.
 	s, err := buildSpec(specParams{rootfs: "/", agent: agentPath, cgroups: "/wovyr/_pool/x",
-		ids: idmap.Range{HostUID: 1, HostGID: 1, Size: rangeSize}, limits: sandbox.Limits{}.WithDefaults(), gvisor: b.gvisor})
+		ids: idmap.Range{HostUID: 1, HostGID: 1, Size: rangeSize}, limits: sandbox.Limits{}.WithDefaults(), gvisor: b.gvisor,
+		ceil: agentCeilings(false)})
 	b.hashNetwork(s)
 	h := sha256.New()
 	fmt.Fprintln(h, d.name, d.version, d.flags, d.hybrid, err, "weak="+string(b.weak), "wasm-runner="+filepath.Base(b.runner))

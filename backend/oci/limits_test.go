@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +107,25 @@ func TestLimitsAboveTemplate(t *testing.T) {
 			over.Limits = fits.Limits
 			if res := run(t, b, over); res.Class != sandbox.OOM {
 				t.Fatalf("600 MB under a 512 MB claim: class %q exit %d, want oom", res.Class, res.ExitCode)
+			}
+		})
+	}
+}
+
+// TestRlimitsAboveTemplate: a claim for more open files, file size and
+// processes than the template's gets them in both modes — a pooled
+// sandbox's agent cannot raise its own hard limits, so its spec starts it
+// with room above the template's (rlimitCeilings).
+func TestRlimitsAboveTemplate(t *testing.T) {
+	tmpl := sandbox.Limits{}.WithDefaults()
+	for name, b := range newBackendsBothModes(t) {
+		t.Run(name, func(t *testing.T) {
+			inv := cmd("/bin/sh", "-c", "ulimit -n; ulimit -f")
+			inv.Limits = sandbox.Limits{NoFile: 2 * tmpl.NoFile, Disk: 2 * tmpl.Disk, Pids: 2 * tmpl.Pids}
+			res := run(t, b, inv)
+			want := fmt.Sprintf("%d\n%d\n", 2*tmpl.NoFile, 2*tmpl.Disk/512) // ulimit -f counts 512-byte blocks
+			if res.Class != sandbox.OK || string(res.Stdout) != want {
+				t.Fatalf("class %q exit %d stdout %q stderr %q; want %q", res.Class, res.ExitCode, res.Stdout, res.Stderr, want)
 			}
 		})
 	}

@@ -243,7 +243,7 @@ func (s *Sandbox) makeScratch() error {
 func (s *Sandbox) writeSpec() error {
 	spec, err := buildSpec(specParams{
 		rootfs: filepath.Join(s.dir, "rootfs"), agent: s.b.agent, cgroups: "/" + poolCgroup(s.id),
-		ids: s.slot.ids, limits: s.limits, gvisor: s.b.gvisor,
+		ids: s.slot.ids, limits: s.limits, gvisor: s.b.gvisor, ceil: s.b.ceil,
 	})
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/wovyr/wovyr/idmap"
 	"github.com/wovyr/wovyr/sandbox"
@@ -28,6 +29,7 @@ type specParams struct {
 	ids     idmap.Range
 	limits  sandbox.Limits // the template's shape, defaults applied
 	gvisor  bool
+	ceil    rlimitCeilings // hard rlimits above the template's (zero: none)
 }
 
 // maskedPaths and readonlyPaths are the kernel interfaces a sandbox must not
@@ -62,12 +64,12 @@ func buildSpec(p specParams) (*specs.Spec, error) {
 			},
 			NoNewPrivileges: true,
 			Rlimits: []specs.POSIXRlimit{
-				{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile},
-				{Type: "RLIMIT_FSIZE", Hard: uint64(p.limits.Disk), Soft: uint64(p.limits.Disk)},
+				{Type: "RLIMIT_NOFILE", Hard: max(nofile, p.ceil.nofile), Soft: nofile},
+				{Type: "RLIMIT_FSIZE", Hard: max(uint64(p.limits.Disk), p.ceil.fsize), Soft: uint64(p.limits.Disk)},
 				{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
 				// Per host uid, and each sandbox has its own range: a second
 				// bound on processes, and the one gVisor's Sentry enforces.
-				{Type: "RLIMIT_NPROC", Hard: uint64(p.limits.Pids + 1), Soft: uint64(p.limits.Pids + 1)},
+				{Type: "RLIMIT_NPROC", Hard: max(uint64(p.limits.Pids+1), p.ceil.nproc), Soft: uint64(p.limits.Pids + 1)},
 				{Type: "RLIMIT_MEMLOCK", Hard: 64 << 10, Soft: 64 << 10},
 			},
 			OOMScoreAdj: intPtr(500),
@@ -97,6 +99,36 @@ func buildSpec(p specParams) (*specs.Spec, error) {
 	}
 	s.Linux.Seccomp = sc
 	return s, nil
+}
+
+// rlimitCeilings are the hard rlimits an agent starts with above its
+// template's soft ones: what a claim may raise its limits to. The agent,
+// the only process before the claim, sets soft and hard to the claim's
+// before the job runs; without CAP_SYS_RESOURCE it cannot raise a hard
+// limit itself. Zero: hard = soft.
+type rlimitCeilings struct{ nofile, fsize, nproc uint64 }
+
+const rlimInfinity = ^uint64(0)
+
+// agentCeilings are the ceilings of a sandbox's spec. runsc applies them
+// inside the Sentry; runc and crun apply them with wovyr's own privileges
+// (CAP_SYS_RESOURCE may be absent), so there they are capped at wovyr's
+// own hard limits when capped is set.
+func agentCeilings(capped bool) rlimitCeilings {
+	c := rlimitCeilings{nofile: 1 << 20, fsize: rlimInfinity, nproc: rlimInfinity} // nofile: fs.nr_open's default
+	if !capped {
+		return c
+	}
+	for _, r := range []struct {
+		res int
+		v   *uint64
+	}{{unix.RLIMIT_NOFILE, &c.nofile}, {unix.RLIMIT_FSIZE, &c.fsize}, {unix.RLIMIT_NPROC, &c.nproc}} {
+		var own unix.Rlimit
+		if unix.Getrlimit(r.res, &own) == nil {
+			*r.v = min(*r.v, own.Max)
+		}
+	}
+	return c
 }
 
 // pidsBudget is the pids.max for a workload allowing n processes: one more

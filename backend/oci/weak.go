@@ -81,7 +81,7 @@ func (b *Backend) Weakened(w battery.Weakness) (sandbox.Backend, error) {
 			b.mu.Lock()
 			defer b.mu.Unlock()
 			c := &Backend{cfg: b.cfg, name: b.name, strength: b.strength, gvisor: b.gvisor,
-				agent: b.agent, runner: b.runner, run: b.run, driver: b.driver, weak: w}
+				agent: b.agent, runner: b.runner, run: b.run, driver: b.driver, weak: w, ceil: b.ceil}
 			if c.driver != nil && c.gvisor && w == HostPrivileged {
 				d := *c.driver
 				d.flags = append(slices.Clone(d.flags), "--net-raw", "--iouring")
