@@ -148,22 +148,17 @@ func (s *Sandbox) runInit(ctx context.Context, inv *sandbox.Invocation, lim sand
 		return true, sandbox.Wrap(sandbox.BackendFailure, err, "%s: spec of %s", s.b.name, s.id)
 	}
 
-	extra, leak, err := s.b.leakFD()
+	pidPath := filepath.Join(s.dir, initPidFile)
+	cmd, release, err := s.runCommand([]string{s.d.logFlag(filepath.Join(s.dir, runtimeLog))}, []string{"--pid-file", pidPath})
 	if err != nil {
 		return true, sandbox.Wrap(sandbox.BackendFailure, err, "%s: %s", s.b.name, s.id)
 	}
-	args := append([]string{"run", "--pid-file", filepath.Join(s.dir, initPidFile)}, extra...)
-	cmd := s.d.wrapped(append([]string{s.d.logFlag(filepath.Join(s.dir, runtimeLog))}, s.d.argv(append(args, "--bundle", s.dir, s.id)...)...))
-	if leak != nil {
-		defer leak.Close()
-		cmd.ExtraFiles = []*os.File{leak}
-	}
+	defer release()
 	stdout, stderr := &sandbox.Capped{Limit: lim.Output}, &sandbox.Capped{Limit: lim.Output}
-	cmd.Dir, cmd.Stdout, cmd.Stderr = s.dir, stdout, stderr
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if len(inv.Workload.Stdin) > 0 {
 		cmd.Stdin = bytes.NewReader(inv.Workload.Stdin)
 	}
-	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
 	// Once the runtime has exited, its stdio closes with the container's
 	// last process; this bounds the wait should something else hold it.
 	cmd.WaitDelay = 2 * time.Second
@@ -189,7 +184,6 @@ func (s *Sandbox) runInit(ctx context.Context, inv *sandbox.Invocation, lim sand
 	// host root's (fs.inotify.max_user_instances), which sandboxes share
 	// through their user namespaces' accounting, and freeing one waits
 	// for an SRCU grace period.
-	pidPath := filepath.Join(s.dir, initPidFile)
 	poll := time.NewTicker(pidPoll)
 	defer poll.Stop()
 	pidFile := poll.C

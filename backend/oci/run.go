@@ -53,8 +53,9 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	if res.ID == "" {
 		res.ID = s.id
 	}
-	direct := s.oneShot && s.client == nil && s.direct(inv)
-	if s.oneShot && s.client == nil && !direct {
+	unstarted := s.oneShot && s.client == nil
+	direct := unstarted && s.direct(inv)
+	if unstarted && !direct {
 		// A one-shot sandbox started nothing at Prepare: this invocation
 		// needs the agent (oneshot.go), so it starts now.
 		if err := s.startAgent(ctx); err != nil {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -322,18 +323,12 @@ func (s *Sandbox) create(ctx context.Context) error {
 	// it dies and deletes the container itself, where a detached one
 	// would leave the reaping to the host's init (runsc then polls it for
 	// a second). It is not bound to ctx, which bounds only this call.
-	extra, leak, err := s.b.leakFD()
+	cmd, release, err := s.runCommand(nil, nil)
 	if err != nil {
 		return err
 	}
-	cmd := s.d.wrapped(s.d.argv(append(append([]string{"run"}, extra...), "--bundle", s.dir, s.id)...))
-	if leak != nil {
-		defer leak.Close()
-		cmd.ExtraFiles = []*os.File{leak}
-	}
-	cmd.Dir = s.dir
+	defer release()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
 	if s.b.placer != nil {
 		cpu, release := s.b.placer.acquire()
 		s.defer1(func(context.Context) error { release(); return nil })
@@ -353,6 +348,26 @@ func (s *Sandbox) create(ctx context.Context) error {
 		close(s.runtime)
 	}()
 	return nil
+}
+
+// runCommand is "<runtime> [global] run [flags] --bundle <dir> <id>" for
+// the sandbox, in its own process group, with the fd the LeakedDirFD
+// control passes; release closes that fd once the command has started.
+func (s *Sandbox) runCommand(global, flags []string) (cmd *exec.Cmd, release func(), err error) {
+	extra, leak, err := s.b.leakFD()
+	if err != nil {
+		return nil, nil, err
+	}
+	args := append(append(append([]string{"run"}, flags...), extra...), "--bundle", s.dir, s.id)
+	cmd = s.d.wrapped(append(global, s.d.argv(args...)...))
+	release = func() {}
+	if leak != nil {
+		cmd.ExtraFiles = []*os.File{leak}
+		release = func() { leak.Close() }
+	}
+	cmd.Dir = s.dir
+	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
+	return cmd, release, nil
 }
 
 // stop kills the container. Under runc/crun it returns once the agent —
