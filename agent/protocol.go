@@ -36,6 +36,8 @@ type Job struct {
 	// Rlimits are set on the agent itself (soft and hard) before anything
 	// else, so this job and every later one inherit them. Hard limits can
 	// only go down: a sandbox's agent is claimed once and never raised.
+	// RLIMIT_NPROC counts the job's tasks alone: the agent adds its own
+	// threads (SetRlimits).
 	Rlimits []Rlimit `json:"rlimits,omitempty"`
 }
 

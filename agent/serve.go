@@ -7,6 +7,8 @@ import (
 	"io"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Serve runs jobs read from rw one at a time until the stream ends, ctx is
@@ -89,12 +91,28 @@ func (c *Client) Do(ctx context.Context, job Job) (Reply, error) {
 // Close closes the connection.
 func (c *Client) Close() error { return c.rw.Close() }
 
-// SetRlimits applies limits to the calling process.
+// SetRlimits applies limits to the calling process. An RLIMIT_NPROC is the
+// job's own budget: the agent's threads, which count against the same
+// user's tasks, are added to it (threads.go).
 func SetRlimits(limits []Rlimit) error {
 	for _, r := range limits {
+		if r.Resource == unix.RLIMIT_NPROC {
+			n, err := threadCount()
+			if err != nil {
+				return fmt.Errorf("count the agent's threads: %w", err)
+			}
+			r.Cur, r.Max = saturatingAdd(r.Cur, uint64(n)), saturatingAdd(r.Max, uint64(n))
+		}
 		if err := syscall.Setrlimit(r.Resource, &syscall.Rlimit{Cur: r.Cur, Max: r.Max}); err != nil {
 			return fmt.Errorf("setrlimit %d: %w", r.Resource, err)
 		}
 	}
 	return nil
+}
+
+func saturatingAdd(a, b uint64) uint64 {
+	if a+b < a {
+		return ^uint64(0)
+	}
+	return a + b
 }

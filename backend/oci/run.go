@@ -319,7 +319,9 @@ func (s *Sandbox) rlimits(lim sandbox.Limits) []agent.Rlimit {
 		{Resource: unix.RLIMIT_CORE},
 	}
 	if s.b.weak != battery.NoPidsLimit {
-		rl = append(rl, agent.Rlimit{Resource: unix.RLIMIT_NPROC, Cur: uint64(lim.Pids + 1), Max: uint64(lim.Pids + 1)})
+		// The workload's own: the agent adds its threads, and a one-shot
+		// workload is the only process.
+		rl = append(rl, agent.Rlimit{Resource: unix.RLIMIT_NPROC, Cur: uint64(lim.Pids), Max: uint64(lim.Pids)})
 	}
 	return rl
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/wovyr/wovyr/agent"
 	"github.com/wovyr/wovyr/idmap"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -69,7 +70,9 @@ func buildSpec(p specParams) (*specs.Spec, error) {
 				{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
 				// Per host uid, and each sandbox has its own range: a second
 				// bound on processes, and the one gVisor's Sentry enforces.
-				{Type: "RLIMIT_NPROC", Hard: max(uint64(p.limits.Pids+1), p.ceil.nproc), Soft: uint64(p.limits.Pids + 1)},
+				// The agent's threads count too; at the claim it sets the
+				// job's budget plus its own count (agent.SetRlimits).
+				{Type: "RLIMIT_NPROC", Hard: max(uint64(p.limits.Pids+agent.ThreadReserve), p.ceil.nproc), Soft: uint64(p.limits.Pids + agent.ThreadReserve)},
 				{Type: "RLIMIT_MEMLOCK", Hard: 64 << 10, Soft: 64 << 10},
 			},
 			OOMScoreAdj: intPtr(500),
@@ -131,14 +134,15 @@ func agentCeilings(capped bool) rlimitCeilings {
 	return c
 }
 
-// pidsBudget is the pids.max for a workload allowing n processes: one more
-// for the agent, and for gVisor room for the Sentry's and gofer's own host
-// threads, which the host cgroup counts (DESIGN §5).
+// pidsBudget is the pids.max for a workload allowing n processes: room for
+// the agent's threads, and for gVisor room for the Sentry's and gofer's own
+// host threads, which the host cgroup counts (DESIGN §5). RLIMIT_NPROC holds
+// the workload itself to exactly n.
 func pidsBudget(n int, gvisor bool) int {
 	if gvisor {
 		return n + 256
 	}
-	return n + 1
+	return n + agent.ThreadReserve
 }
 
 func mounts(p specParams) []specs.Mount {

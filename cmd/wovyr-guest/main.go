@@ -64,6 +64,7 @@ func agentMain(ctx context.Context, args []string) int {
 		fmt.Fprintln(os.Stderr, "wovyr-guest:", err)
 		return 1
 	}
+	agent.ReserveThreads()
 	if err := agent.Serve(ctx, rw); err != nil {
 		fmt.Fprintln(os.Stderr, "wovyr-guest:", err)
 		return 1
