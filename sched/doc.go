@@ -43,10 +43,12 @@
 // share, and a reserved start pays for its pick.
 //
 // Lag ≤ 1 pick does not hold in general: SWRR itself leaves a tenant 26/25
-// of a pick behind in the example above (TestSWRRLagBehind), and while a
-// head cannot fit, work that fits beside it keeps starting, so its tenant
-// falls behind for as long as the resource it lacks stays busy
-// (TestLagGrowsWhileBlocked). The scheduler keeps the damage small: the
+// of a pick behind in the example above (TestSWRRLagBehind), and no tie
+// order helps: with weights {2,15,1,15,5,15,15} every way of breaking the
+// ties leaves some tenant at least 70/68 of a pick behind
+// (TestSWRRLagBehindWhateverTheTies). While a head cannot fit, work that
+// fits beside it keeps starting, so its tenant falls behind for as long as
+// the resource it lacks stays busy (TestLagGrowsWhileBlocked). The scheduler keeps the damage small: the
 // tenant that is most behind among those whose head fits always wins, and
 // one whose head does not fit gets a reservation after K+1 missed turns.
 //
