@@ -45,9 +45,9 @@ func imageMain(ctx context.Context, g *globals, args []string) int {
 			progress = os.Stderr
 		}
 		if a[1] == "microvm" {
-			// The VM image: guest kernel, initramfs with the agent, and
-			// the workload root disk.
-			_, err = microvm.BuildImage(ctx, g.stateDir, vmimage.Options{})
+			// The VM image: guest kernel, initramfs with the agent (the
+			// --guest binary, as the battery's), and the workload root disk.
+			_, err = microvm.BuildImage(ctx, g.stateDir, vmimage.Options{Guest: g.guest})
 			break
 		}
 		err = image.Build(ctx, a[1], dir, progress)

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/wovyr/wovyr/backend/microvm"
+	"github.com/wovyr/wovyr/vmimage"
+)
+
+// TestImageBuildMicroVMTakesGuestFlag: `wovyr --guest PATH image build
+// microvm` puts PATH's agent into the initramfs (it took the binary beside
+// wovyr whatever --guest said). The initramfs is an uncompressed cpio, so
+// the agent's bytes, marked with a trailer no other build has, appear in it
+// as they are.
+func TestImageBuildMicroVMTakesGuestFlag(t *testing.T) {
+	if _, _, err := vmimage.FindKernel("/boot", "/lib/modules"); err != nil {
+		t.Skipf("no guest kernel on this node: %v", err)
+	}
+	guest, err := os.ReadFile(filepath.Join(filepath.Dir(wovyrBin), "wovyr-guest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	marked := append(guest, []byte("\x00wovyr-test-guest-"+filepath.Base(dir))...)
+	other := filepath.Join(dir, "other-guest")
+	if err := os.WriteFile(other, marked, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	if o := wovyr(t, "", "--state-dir", state, "--guest", other, "image", "build", "microvm"); o.code != 0 {
+		t.Fatalf("image build microvm: exit %d: %s", o.code, o.stderr)
+	}
+	initramfs, err := os.ReadFile(filepath.Join(microvm.ImageDir(state), vmimage.InitramfsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(initramfs, marked) {
+		t.Fatalf("the initramfs does not hold the --guest binary (%d bytes)", len(marked))
+	}
+}
