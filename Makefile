@@ -17,9 +17,12 @@ deps:
 
 # bin/wovyr-wasm is wovyr linked statically, for its wasm-exec inside any
 # template: wasm at container/gVisor strength (backend/oci Config.WasmRunner).
+# bin/wovyr-guest goes without symbols and DWARF (-s -w; panics still carry
+# stacks), as the tests build it, so the microVM image `make` builds is the
+# one the tests and benchmarks boot.
 build:
 	$(GO) build -o bin/wovyr ./cmd/wovyr
-	CGO_ENABLED=0 $(GO) build -o bin/wovyr-guest ./cmd/wovyr-guest
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/wovyr-guest ./cmd/wovyr-guest
 	CGO_ENABLED=0 $(GO) build -o bin/wovyr-egressprobe ./egress/egresstest/egressprobe
 	$(GO) build -tags osusergo,netgo -ldflags '-linkmode external -extldflags -static' -o bin/wovyr-wasm ./cmd/wovyr
 
