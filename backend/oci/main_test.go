@@ -3,6 +3,7 @@ package oci
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,5 +67,8 @@ func runTests(m *testing.M) int {
 
 func testConfig(t testing.TB) Config {
 	t.Helper()
-	return Config{StateDir: testState, Agent: testAgent, WasmRunner: testRunner}
+	// Warnings (a sandbox that died or did not answer, with its runtime's
+	// stderr) go to stderr, which go test shows when a test fails.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return Config{StateDir: testState, Agent: testAgent, WasmRunner: testRunner, Logger: log}
 }

@@ -141,8 +141,12 @@ func (s *Sandbox) runJob(ctx context.Context, inv *sandbox.Invocation, lim sandb
 	case err != nil && errors.Is(err, context.DeadlineExceeded):
 		res.Class, res.ExitCode, res.Signal = sandbox.Timeout, 137, "killed"
 		res.Error = fmt.Sprintf("wall-clock limit %s reached; the sandbox did not answer", lim.Wall)
+		// The operator's clue (a dead agent, a stuck runtime), not the
+		// tenant's: the runtime's stderr names host paths.
+		s.b.cfg.Logger.Warn("sandbox did not answer", "backend", s.b.name, "id", s.id, "stderr", tail(s.stderr.Bytes(), 2048))
 		return true, nil
 	case err != nil:
+		s.b.cfg.Logger.Warn("sandbox lost its agent", "backend", s.b.name, "id", s.id, "err", err, "stderr", tail(s.stderr.Bytes(), 2048))
 		return true, sandbox.Wrap(sandbox.BackendFailure, err, "%s: sandbox %s lost its agent", s.b.name, s.id)
 	}
 	if err != nil {
