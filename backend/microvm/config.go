@@ -45,7 +45,8 @@ type Config struct {
 	User string
 	// Warm makes Prepare boot the VM and Run use the control port.
 	Warm bool
-	// VCPUs per VM, also its host CPU quota in cores; zero: 1.
+	// VCPUs per VM; its host CPU quota is this many cores plus a quarter
+	// core for QEMU's own threads (vmmCPU). Zero: 1.
 	VCPUs int
 	// GuestOverhead is guest RAM beyond the invocation's memory limit, for
 	// the guest kernel and agent; zero: 128 MiB.
