@@ -279,7 +279,7 @@ func LookPath(argv0 string, env []string) (string, error) {
 }
 
 func lookPath(argv0 string, env []string, mode func(string) (fs.FileMode, error)) (string, error) {
-	for _, dir := range filepath.SplitList(PathOf(env)) {
+	for _, dir := range filepath.SplitList(pathOf(env)) {
 		if dir == "" {
 			continue
 		}
@@ -291,8 +291,8 @@ func lookPath(argv0 string, env []string, mode func(string) (fs.FileMode, error)
 	return "", fmt.Errorf("%s: command not found", argv0)
 }
 
-// PathOf is the PATH a job with env searches: its own, else defaultPath.
-func PathOf(env []string) string {
+// pathOf is the PATH a job with env searches: its own, else defaultPath.
+func pathOf(env []string) string {
 	p := defaultPath
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
@@ -349,15 +349,17 @@ func LookPathIn(root, dir, argv0 string, env []string, mounts map[string]string)
 		return m, nil
 	}
 	prog := argv0
-	if !strings.Contains(argv0, "/") {
+	searched := !strings.Contains(argv0, "/")
+	if searched {
 		if prog, err = lookPath(argv0, env, mode); err != nil {
 			return "", err
 		}
-	} else {
-		p := argv0
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(dir, p)
-		}
+	}
+	p := prog
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(dir, p)
+	}
+	if !searched { // lookPath checked what it found
 		m, err := mode(p)
 		switch {
 		case err != nil:
@@ -365,10 +367,6 @@ func LookPathIn(root, dir, argv0 string, env []string, mounts map[string]string)
 		case !m.IsRegular() || m&0o111 == 0:
 			return "", fmt.Errorf("fork/exec %s: %w", argv0, syscall.EACCES)
 		}
-	}
-	p := prog
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(dir, p)
 	}
 	if err := execFormat(p, open, mode); err != nil {
 		return "", fmt.Errorf("fork/exec %s: %w", prog, err)

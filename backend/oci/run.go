@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -95,14 +96,8 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 // sandbox whose files are not to be collected (cancelled, or lost).
 func (s *Sandbox) runJob(ctx context.Context, inv *sandbox.Invocation, lim sandbox.Limits, res *sandbox.Result) (done bool, err error) {
 	job := agent.Job{
-		ID: res.ID, Argv: inv.Workload.Argv, Env: inv.Workload.Env, Dir: workDir,
+		ID: res.ID, Argv: inv.Workload.Argv, Env: s.workloadEnv(inv), Dir: workDir,
 		Stdin: inv.Workload.Stdin, Wall: lim.Wall, Output: lim.Output, Rlimits: s.rlimits(lim),
-	}
-	if job.Env == nil {
-		job.Env = []string{}
-	}
-	if s.b.weak == battery.InheritEnv {
-		job.Env = append(job.Env, os.Environ()...)
 	}
 	if s.b.weak == battery.NoDeadline {
 		job.Wall = 0
@@ -166,6 +161,19 @@ func (s *Sandbox) runJob(ctx context.Context, inv *sandbox.Invocation, lim sandb
 	}
 	s.afterJob(ctx)
 	return false, nil
+}
+
+// workloadEnv is the environment inv's workload starts with: its own and
+// nothing inherited (but under the InheritEnv positive control).
+func (s *Sandbox) workloadEnv(inv *sandbox.Invocation) []string {
+	env := slices.Clone(inv.Workload.Env)
+	if env == nil {
+		env = []string{}
+	}
+	if s.b.weak == battery.InheritEnv {
+		env = append(env, os.Environ()...)
+	}
+	return env
 }
 
 // notStarted is the stderr line of a job that could not start (command not
