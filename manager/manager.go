@@ -7,6 +7,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,6 +42,15 @@ type Config struct {
 	Kernel string
 	// Logger receives every selection decision. Nil means slog.Default().
 	Logger *slog.Logger
+	// Probes keeps probe answers between processes for backends that
+	// implement sandbox.ProbeCacher (see probe_cache.go). Nil means every
+	// backend is probed afresh by this manager.
+	Probes ProbeCache
+	// ProbeMaxAge is how long a stored probe answer stays usable. Zero
+	// means DefaultProbeMaxAge.
+	ProbeMaxAge time.Duration
+	// Now is the clock for probe ages. Nil means time.Now.
+	Now func() time.Time
 }
 
 // Manager selects backends and prepares sandboxes. It is safe for
@@ -52,14 +62,23 @@ type Manager struct {
 	kernel   string
 	log      *slog.Logger
 
+	probes ProbeCache
+	maxAge time.Duration
+	now    func() time.Time
+
 	mu      sync.Mutex
-	probed  map[string]sandbox.Capability
+	probed  map[string]probeAnswer
 	probing singleflight.Group // one probe per backend at a time
 }
 
 // New returns a manager for cfg's backends.
 func New(cfg Config) (*Manager, error) {
-	m := &Manager{floors: cfg.Floors, certs: cfg.Certs, kernel: cfg.Kernel, log: cfg.Logger, probed: map[string]sandbox.Capability{}}
+	m := &Manager{floors: cfg.Floors, certs: cfg.Certs, kernel: cfg.Kernel, log: cfg.Logger,
+		probes: cfg.Probes, maxAge: cmp.Or(cfg.ProbeMaxAge, DefaultProbeMaxAge), now: cfg.Now,
+		probed: map[string]probeAnswer{}}
+	if m.now == nil {
+		m.now = time.Now
+	}
 	if m.kernel == "" {
 		m.kernel = cert.Kernel()
 	}
@@ -99,6 +118,10 @@ type Status struct {
 	Certified  bool                   `json:"certified"`
 	// CertReason says why the backend is not certified.
 	CertReason string `json:"cert_reason,omitempty"`
+	// ProbedAt is when the probe behind Capability ran; Cached says it
+	// ran in an earlier process (a stored answer, see Config.Probes).
+	ProbedAt time.Time `json:"probed_at"`
+	Cached   bool      `json:"cached,omitempty"`
 }
 
 // Backends returns the registered backends, weakest first.
@@ -119,9 +142,9 @@ func (m *Manager) Backend(name string) (sandbox.Backend, bool) {
 func (m *Manager) Detect(ctx context.Context, force bool) []Status {
 	out := make([]Status, 0, len(m.backends))
 	for _, b := range m.backends {
-		capa := m.probe(ctx, b, force)
-		st := Status{Name: b.Name(), Strength: b.Strength(), Kinds: b.Kinds(), Capability: capa}
-		if err := m.certified(b, capa); err != nil {
+		a := m.probe(ctx, b, force)
+		st := Status{Name: b.Name(), Strength: b.Strength(), Kinds: b.Kinds(), Capability: a.capa, ProbedAt: a.at, Cached: a.cached}
+		if err := m.certified(b, a.capa); err != nil {
 			st.CertReason = err.Error()
 		} else {
 			st.Certified = true
@@ -133,28 +156,40 @@ func (m *Manager) Detect(ctx context.Context, force bool) []Status {
 
 // Probe returns b's capability, probing once and caching the answer.
 func (m *Manager) Probe(ctx context.Context, b sandbox.Backend) sandbox.Capability {
-	return m.probe(ctx, b, false)
+	return m.probe(ctx, b, false).capa
 }
 
-func (m *Manager) probe(ctx context.Context, b sandbox.Backend, force bool) sandbox.Capability {
+// probeAnswer is a capability and where it came from.
+type probeAnswer struct {
+	capa   sandbox.Capability
+	at     time.Time
+	cached bool // from Config.Probes
+}
+
+func (m *Manager) probe(ctx context.Context, b sandbox.Backend, force bool) probeAnswer {
 	m.mu.Lock()
-	capa, ok := m.probed[b.Name()]
+	a, ok := m.probed[b.Name()]
 	m.mu.Unlock()
 	if ok && !force {
-		return capa
+		return a
 	}
 	// Concurrent first selections share one probe instead of each running
 	// the backend's (possibly slow) real probe.
 	v, _, _ := m.probing.Do(b.Name(), func() (any, error) {
-		start := time.Now()
-		capa := b.Probe(context.WithoutCancel(ctx))
-		m.log.Debug("probe", "backend", b.Name(), "available", capa.Available, "reason", capa.Reason, "version", capa.Version, "took", time.Since(start))
+		ctx := context.WithoutCancel(ctx)
+		a, ok := probeAnswer{}, false
+		if !force {
+			a, ok = m.stored(ctx, b)
+		}
+		if !ok {
+			a = m.probeNow(ctx, b)
+		}
 		m.mu.Lock()
-		m.probed[b.Name()] = capa
+		m.probed[b.Name()] = a
 		m.mu.Unlock()
-		return capa, nil
+		return a, nil
 	})
-	return v.(sandbox.Capability)
+	return v.(probeAnswer)
 }
 
 // Key is the certification key of b as it is configured now.

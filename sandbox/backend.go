@@ -64,6 +64,22 @@ type Sandbox interface {
 	Destroy(ctx context.Context) error
 }
 
+// ProbeCacher is implemented by backends whose probe answer may be reused
+// by later processes while nothing it depends on has changed (package
+// probecache). A backend without it is probed by every process.
+type ProbeCacher interface {
+	// ProbeKey digests everything Probe's answer depends on: the binaries
+	// it runs, identified by their files (probecache.KeyBuilder), and the
+	// configuration. It must be cheap: stats and hashing, no exec. An
+	// empty key means this answer must not be reused.
+	ProbeKey() string
+	// Adopt takes capa, the answer of an earlier Probe under the same key,
+	// as this backend's own, restoring whatever Probe would have chosen
+	// (a runtime, an accelerator) without running it. An error means it
+	// cannot; the manager then probes for real.
+	Adopt(ctx context.Context, capa Capability) error
+}
+
 // Snapshotter is implemented by sandboxes that can be checkpointed and
 // restored into independent clones (later work).
 type Snapshotter interface {

@@ -26,6 +26,8 @@ import (
 var (
 	bucketCerts       = []byte("certs")
 	bucketInvocations = []byte("invocations")
+	bucketProbes      = []byte("probes")
+	buckets           = [][]byte{bucketCerts, bucketInvocations, bucketProbes}
 )
 
 // ErrLocked means another process (a running daemon, most likely) holds
@@ -59,21 +61,37 @@ func Open(dir string, wait time.Duration) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketCerts, bucketInvocations} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := createBuckets(db); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: init: %w", err)
 	}
 	s := &Store{db: db, writes: make(chan *write), stopped: make(chan struct{})}
 	go s.committer()
 	return s, nil
+}
+
+// createBuckets makes the buckets a new or older store lacks. A store that
+// has them all is only read: a write transaction costs two fsyncs, which
+// every one-shot command would pay for nothing.
+func createBuckets(db *bolt.DB) error {
+	missing := false
+	err := db.View(func(tx *bolt.Tx) error {
+		for _, b := range buckets {
+			missing = missing || tx.Bucket(b) == nil
+		}
+		return nil
+	})
+	if err != nil || !missing {
+		return err
+	}
+	return db.Update(func(tx *bolt.Tx) error {
+		for _, b := range buckets {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // Close closes the store. No write may be in progress or follow.
