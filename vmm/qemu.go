@@ -35,6 +35,10 @@ const SandboxOpts = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resource
 // Name implements VMM.
 func (q *QEMU) Name() string { return "qemu" }
 
+// BinaryName is the QEMU binary Start runs: Binary, else
+// qemu-system-x86_64 on $PATH.
+func (q *QEMU) BinaryName() string { return q.binary() }
+
 func (q *QEMU) binary() string {
 	if q.Binary != "" {
 		return q.Binary

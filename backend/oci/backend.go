@@ -1,10 +1,8 @@
 package oci
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
-	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -103,48 +101,6 @@ func searchable(dir string) error {
 			return nil
 		}
 	}
-}
-
-// installBinary copies the static binary src into dir under its content
-// hash (so a running sandbox's binary is never replaced underneath it) and
-// returns the copy's path. A dynamically linked binary is refused: the
-// sandbox's root filesystem is the tenant's template, not the host's libc.
-func installBinary(src, dir, name string) (string, error) {
-	b, err := os.ReadFile(src)
-	if err != nil {
-		return "", err
-	}
-	f, err := elf.NewFile(bytes.NewReader(b))
-	if err != nil {
-		return "", fmt.Errorf("%s is not an ELF binary: %w", src, err)
-	}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return "", fmt.Errorf("%s is dynamically linked; sandboxes need a static binary", src)
-		}
-	}
-	sum := sha256.Sum256(b)
-	dst := filepath.Join(dir, name+"-"+hex.EncodeToString(sum[:8]))
-	if _, err := os.Stat(dst); err == nil {
-		return dst, nil
-	}
-	tmp, err := os.CreateTemp(dir, ".install-")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Chmod(0o555); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	return dst, os.Rename(tmp.Name(), dst)
 }
 
 // Name implements sandbox.Backend.

@@ -65,36 +65,46 @@ func (b *Backend) Probe(ctx context.Context) sandbox.Capability {
 }
 
 func (b *Backend) candidates(ctx context.Context, why *[]string) []*driver {
-	var names []string
-	switch {
-	case b.cfg.Runtime != "":
-		names = []string{b.cfg.Runtime}
-	case b.gvisor:
-		names = []string{"runsc"}
-	default:
-		names = []string{"crun", "runc"}
-	}
 	var out []*driver
-	for _, n := range names {
+	for _, n := range b.runtimeNames() {
 		kind := filepath.Base(n)
 		d, err := newDriver(ctx, kind, n, b.cfg.StateDir)
 		if err != nil {
 			*why = append(*why, err.Error())
 			continue
 		}
-		if kind != "runsc" {
-			out = append(out, d)
-			continue
-		}
-		plats := runscPlatforms
-		if b.cfg.Platform != "" {
-			plats = []string{b.cfg.Platform}
-		}
-		for _, p := range plats {
-			dp := *d
-			dp.accel, dp.flags = p, runscFlags(p)
-			out = append(out, &dp)
-		}
+		out = append(out, b.platforms(d)...)
+	}
+	return out
+}
+
+// runtimeNames are the runtime binaries the probe tries, in order.
+func (b *Backend) runtimeNames() []string {
+	switch {
+	case b.cfg.Runtime != "":
+		return []string{b.cfg.Runtime}
+	case b.gvisor:
+		return []string{"runsc"}
+	default:
+		return []string{"crun", "runc"}
+	}
+}
+
+// platforms is d once per runsc platform to try, or d itself for crun and
+// runc.
+func (b *Backend) platforms(d *driver) []*driver {
+	if d.name != "runsc" {
+		return []*driver{d}
+	}
+	plats := runscPlatforms
+	if b.cfg.Platform != "" {
+		plats = []string{b.cfg.Platform}
+	}
+	var out []*driver
+	for _, p := range plats {
+		dp := *d
+		dp.accel, dp.flags = p, runscFlags(p)
+		out = append(out, &dp)
 	}
 	return out
 }

@@ -28,16 +28,25 @@ type driver struct {
 
 // newDriver resolves bin (a name or a path) and reads its version.
 func newDriver(ctx context.Context, name, bin, stateDir string) (*driver, error) {
+	d, err := lookDriver(name, bin, stateDir)
+	if err != nil {
+		return nil, err
+	}
+	out, err := exec.CommandContext(ctx, d.path, "--version").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s --version: %w", d.path, err)
+	}
+	d.version = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+	return d, nil
+}
+
+// lookDriver resolves bin without running it: the driver lacks its version.
+func lookDriver(name, bin, stateDir string) (*driver, error) {
 	path, err := exec.LookPath(bin)
 	if err != nil {
 		return nil, fmt.Errorf("%s not installed: %w", name, err)
 	}
 	d := &driver{name: name, path: path, root: filepath.Join(runDir(stateDir), "state", name)}
-	out, err := exec.CommandContext(ctx, path, "--version").Output()
-	if err != nil {
-		return nil, fmt.Errorf("%s --version: %w", path, err)
-	}
-	d.version = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
 	if name == "crun" {
 		d.hybrid = hybridCgroups()
 	}

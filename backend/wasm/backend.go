@@ -22,11 +22,18 @@ const Name = "wasm"
 // Backend runs WASI preview1 modules on one Wasmtime engine. It is safe for
 // concurrent use; Close it when done.
 type Backend struct {
-	cfg    Config
-	engine *wasmcapi.Engine
-	cache  *cache
-	work   string   // parent of the per-invocation workspaces
-	pool   *workers // nil: no descriptor bound (no Config.Worker, or weakened)
+	cfg   Config
+	cache string   // the compiled-module cache's directory
+	work  string   // parent of the per-invocation workspaces
+	pool  *workers // nil: no descriptor bound (no Config.Worker, or weakened)
+
+	// The engine and the module cache are made on first use (started), so
+	// a process that never runs wasm — `wovyr run` of a command, say —
+	// pays nothing for them.
+	start   sync.Once
+	engine  *wasmcapi.Engine
+	modules *cache
+	initErr error
 
 	stopTick chan struct{}
 	wake     chan struct{} // the first running invocation wakes an idle ticker
@@ -39,39 +46,49 @@ type Backend struct {
 	isDown bool         // under life: Close has begun
 }
 
-// New makes the engine (with its instance pool), opens the compiled-module
-// cache and starts the engine's epoch ticker: one goroutine per Backend,
-// stopped by Close.
+// New checks cfg and makes the state directories. The engine (with its
+// instance pool), the compiled-module cache and the engine's epoch ticker
+// (one goroutine per Backend, stopped by Close) start on first use.
 func New(cfg Config) (*Backend, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	root := filepath.Join(cfg.StateDir, "wasm")
-	work := filepath.Join(root, "work")
-	for _, d := range []string{filepath.Join(root, "cache"), work} {
+	b := &Backend{
+		cfg:      cfg,
+		cache:    filepath.Join(root, "cache"),
+		work:     filepath.Join(root, "work"),
+		stopTick: make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+	}
+	for _, d := range []string{b.cache, b.work} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "wasm: state dir")
 		}
 	}
-	e, err := wasmcapi.NewEngine(cfg.Engine)
-	if err != nil {
-		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "wasm: engine")
-	}
-	b := &Backend{
-		cfg:      cfg,
-		engine:   e,
-		work:     work,
-		stopTick: make(chan struct{}),
-		wake:     make(chan struct{}, 1),
-	}
-	b.cache = newCache(e, filepath.Join(root, "cache"), cfg.Modules, cfg.Logger)
 	if len(cfg.Worker) > 0 && !cfg.weak.noFDBound {
 		b.pool = newWorkers(cfg)
 	}
-	b.ticked.Add(1)
-	go b.tick()
 	return b, nil
+}
+
+// started makes the engine, the module cache and the ticker once. Callers
+// hold b.life shared and have checked that Close has not begun, so Close
+// never races it.
+func (b *Backend) started() error {
+	b.start.Do(func() {
+		e, err := wasmcapi.NewEngine(b.cfg.Engine)
+		if err != nil {
+			b.initErr = sandbox.Wrap(sandbox.BackendFailure, err, "wasm: engine")
+			return
+		}
+		b.engine = e
+		b.modules = newCache(e, b.cache, b.cfg.Modules, b.cfg.Logger)
+		b.ticked.Add(1)
+		go b.tick()
+	})
+	return b.initErr
 }
 
 // tick advances the engine's epoch every EpochTick. Each running store checks
@@ -130,8 +147,10 @@ func (b *Backend) Close() error {
 		}
 		close(b.stopTick)
 		b.ticked.Wait()
-		b.cache.close()
-		b.engine.Close()
+		if b.engine != nil {
+			b.modules.close()
+			b.engine.Close()
+		}
 	})
 	return nil
 }

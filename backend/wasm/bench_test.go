@@ -31,11 +31,14 @@ func pct(ds []time.Duration, p float64) float64 {
 // instruction.
 func instantiateToStart(b *testing.B, mod []byte, argv ...string) {
 	be := newBackend(b)
-	e, err := be.cache.acquire(mod)
+	if err := be.started(); err != nil {
+		b.Fatal(err)
+	}
+	e, err := be.modules.acquire(mod)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer be.cache.release(e)
+	defer be.modules.release(e)
 	spec := &wasmcapi.Spec{Argv: argv, Wall: 10 * time.Second, Memory: 256 << 20, Output: 1 << 20}
 	ds := make([]time.Duration, 0, b.N)
 	b.ResetTimer()

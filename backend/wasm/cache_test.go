@@ -11,11 +11,21 @@ import (
 
 // artifactPath is where the cache keeps the compiled code of mod.
 func artifactPath(b *Backend, mod []byte) string {
-	return filepath.Join(b.cfg.StateDir, "wasm", "cache", b.cache.key(digest(mod))+".cwasm")
+	return filepath.Join(b.cfg.StateDir, "wasm", "cache", started(b).key(digest(mod))+".cwasm")
 }
 
 func counts(b *Backend) [3]int64 {
-	return [3]int64{b.cache.compiled.Load(), b.cache.loaded.Load(), b.cache.discarded.Load()}
+	c := started(b)
+	return [3]int64{c.compiled.Load(), c.loaded.Load(), c.discarded.Load()}
+}
+
+// started starts b's engine, as its first run would, and returns its
+// module cache.
+func started(b *Backend) *cache {
+	if err := b.started(); err != nil {
+		panic(err)
+	}
+	return b.modules
 }
 
 func runOK(t *testing.T, b *Backend, mod []byte) {

@@ -146,7 +146,11 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	// One invocation per process: the runner bounds its own descriptors,
 	// as a worker does per job (worker_main.go).
 	var fds fdBaseline
-	held, err := fds.get(b.cache)
+	err = b.started()
+	var held []uint64
+	if err == nil {
+		held, err = fds.get(b.modules)
+	}
 	if err == nil {
 		_, err = boundFDs(*nofile, held)
 	}

@@ -76,12 +76,15 @@ func (b *Backend) run(ctx context.Context, inv *sandbox.Invocation, o runOpts) (
 	if b.isDown {
 		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "wasm backend is closed")
 	}
+	if err := b.started(); err != nil {
+		return nil, err
+	}
 	lim := inv.Limits.WithDefaults()
-	e, err := b.cache.acquire(w.Module)
+	e, err := b.modules.acquire(w.Module)
 	if err != nil {
 		return nil, err
 	}
-	defer b.cache.release(e)
+	defer b.modules.release(e)
 
 	spec := &wasmcapi.Spec{
 		Argv:         w.Argv,

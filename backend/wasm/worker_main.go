@@ -99,12 +99,15 @@ func (f *fdBaseline) get(c *cache) ([]uint64, error) {
 
 // runJob runs one job under the descriptor bound.
 func (b *Backend) runJob(j *workerJob, fds *fdBaseline) workerReply {
-	e, err := b.cache.acquire(j.Module)
+	if err := b.started(); err != nil {
+		return workerReply{Err: err.Error()}
+	}
+	e, err := b.modules.acquire(j.Module)
 	if err != nil {
 		return workerReply{Err: err.Error()}
 	}
-	defer b.cache.release(e)
-	held, err := fds.get(b.cache)
+	defer b.modules.release(e)
+	held, err := fds.get(b.modules)
 	if err != nil {
 		return workerReply{Err: err.Error()}
 	}
