@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"text/tabwriter"
+	"time"
 )
 
 // backendsCmd is `wovyr backends`.
 func backendsMain(ctx context.Context, g *globals, args []string) int {
 	fs := flag.NewFlagSet("backends", flag.ContinueOnError)
 	jsonOut := fs.Bool("json", false, "print JSON")
+	probe := fs.Bool("probe", false, "probe every backend now instead of showing stored answers (each probe starts a real sandbox: seconds for a VM)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -20,13 +22,14 @@ func backendsMain(ctx context.Context, g *globals, args []string) int {
 		return code
 	}
 	defer n.Close()
-	sts := n.mgr.Detect(ctx, true)
+	sts := n.mgr.Detect(ctx, *probe)
 	if *jsonOut {
 		printJSON(sts)
 		return 0
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "BACKEND\tSTRENGTH\tAVAILABLE\tCERTIFIED\tVERSION\tDETAIL")
+	now := time.Now()
+	fmt.Fprintln(tw, "BACKEND\tSTRENGTH\tAVAILABLE\tCERTIFIED\tPROBED\tVERSION\tDETAIL")
 	for _, st := range sts {
 		avail, certified, detail := "yes", "yes", ""
 		if !st.Capability.Available {
@@ -41,8 +44,25 @@ func backendsMain(ctx context.Context, g *globals, args []string) int {
 		if st.Capability.Accel != "" {
 			detail = "accel=" + st.Capability.Accel + " " + detail
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", st.Name, st.Strength, avail, certified, st.Capability.Version, detail)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", st.Name, st.Strength, avail, certified, probeAge(now, st.ProbedAt, st.Cached), st.Capability.Version, detail)
 	}
 	tw.Flush()
 	return 0
+}
+
+// probeAge says how long ago a probe ran: "now" for one this command ran,
+// else its age, rounded for reading ("3m ago").
+func probeAge(now, at time.Time, cached bool) string {
+	if !cached {
+		return "now"
+	}
+	d := now.Sub(at)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	default:
+		return fmt.Sprintf("%dh%02dm ago", int(d.Hours()), int(d.Minutes())%60)
+	}
 }

@@ -19,6 +19,9 @@ import (
 var (
 	wovyrBin string
 	stateDir string
+	// certifiedDB is a copy of the state store right after the native
+	// backend's certification: no probe answer stored yet.
+	certifiedDB string
 )
 
 func TestMain(m *testing.M) {
@@ -48,6 +51,10 @@ func TestMain(m *testing.M) {
 		}
 		if out, err := exec.Command(wovyrBin, "--state-dir", stateDir, "certify", "--backend", "native").CombinedOutput(); err != nil {
 			println(string(out))
+			panic(err)
+		}
+		certifiedDB = filepath.Join(dir, "certified.db")
+		if err := copyFile(filepath.Join(stateDir, "wovyr.db"), certifiedDB); err != nil {
 			panic(err)
 		}
 		return m.Run()

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/wovyr/wovyr/backend/microvm"
@@ -14,6 +15,7 @@ import (
 	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/manager"
+	"github.com/wovyr/wovyr/probecache"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/store"
 )
@@ -35,7 +37,9 @@ type node struct {
 }
 
 // openNode constructs every backend and a manager that sees the current
-// certifications (a snapshot; the store is not held open).
+// certifications and stored probe answers (a snapshot; the store is not
+// held open). Constructing a backend is cheap: what costs — an engine, a
+// probe — happens when the manager first needs that backend.
 func openNode(g *globals) (*node, error) {
 	return openNodeWith(g, nil)
 }
@@ -47,11 +51,11 @@ func openNodeWith(g *globals, network *egress.Service) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	certs, err := n.certs()
+	certs, probes, err := n.readState()
 	if err != nil {
 		return nil, err
 	}
-	n.mgr, err = manager.New(manager.Config{Backends: n.backends, Certs: certs, Logger: n.log})
+	n.mgr, err = manager.New(manager.Config{Backends: n.backends, Certs: certs, Probes: probes, Logger: n.log})
 	return n, err
 }
 
@@ -140,15 +144,56 @@ func (n *node) withStore(fn func(*store.Store) error) error {
 	return fn(s)
 }
 
-func (n *node) certs() (cert.Set, error) {
+// readState reads the certifications and the stored probe answers in one
+// opening of the store.
+func (n *node) readState() (cert.Set, *storedProbes, error) {
 	var set cert.Set
+	var recs []probecache.Record
 	err := n.withStore(func(s *store.Store) error {
 		var err error
-		set, err = s.Certs()
-		return err
+		if set, err = s.Certs(); err != nil {
+			return fmt.Errorf("read certifications: %w", err)
+		}
+		if recs, err = s.Probes(); err != nil {
+			return fmt.Errorf("read stored probes: %w", err)
+		}
+		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read certifications: %w", err)
+		return nil, nil, err
 	}
-	return set, nil
+	return set, newStoredProbes(n, recs), nil
+}
+
+// storedProbes is a one-shot command's manager.ProbeCache: the answers read
+// when the node opened, and writes that open the store for a moment (a
+// command that holds the store would block every other one).
+type storedProbes struct {
+	n    *node
+	mu   sync.Mutex
+	recs map[[2]string]probecache.Record // by backend, key
+}
+
+func newStoredProbes(n *node, recs []probecache.Record) *storedProbes {
+	p := &storedProbes{n: n, recs: map[[2]string]probecache.Record{}}
+	for _, r := range recs {
+		p.recs[[2]string{r.Backend, r.Key}] = r
+	}
+	return p
+}
+
+// CachedProbe implements manager.ProbeCache.
+func (p *storedProbes) CachedProbe(backend, key string) (probecache.Record, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r, ok := p.recs[[2]string{backend, key}]
+	return r, ok
+}
+
+// PutProbe implements manager.ProbeCache.
+func (p *storedProbes) PutProbe(r probecache.Record) error {
+	p.mu.Lock()
+	p.recs[[2]string{r.Backend, r.Key}] = r
+	p.mu.Unlock()
+	return p.n.withStore(func(s *store.Store) error { return s.PutProbe(r) })
 }
