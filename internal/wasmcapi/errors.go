@@ -19,6 +19,10 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Msg }
 
+// Public is Msg: it names no host detail, so it may reach a tenant
+// (sandbox.Public).
+func (e *Error) Public() string { return e.Msg }
+
 // newError builds an Error from Wasmtime's report.
 func newError(report string) *Error {
 	return &Error{Msg: oneLine(report), Detail: report}
