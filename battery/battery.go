@@ -122,6 +122,31 @@ type Suite struct {
 	NotApplicable map[int]string
 	// Kernel overrides cert.Kernel() (tests).
 	Kernel string
+	// Prerequisites are what the probes need besides an available backend
+	// (the template image they run in). One that is missing means the
+	// battery cannot run here: Run returns a *NotRunError and no record,
+	// since every probe would "fail" for a reason that says nothing about
+	// the backend's isolation.
+	Prerequisites []Prerequisite
+}
+
+// Prerequisite is one thing the battery needs. Check returns nil when it is
+// there, else an error that names what is missing and how to get it.
+type Prerequisite struct {
+	What  string // e.g. "template busybox"
+	Check func() error
+}
+
+// NotRunError says the battery did not run for Backend: a prerequisite is
+// missing (or the backend is unavailable). It is no verdict on the
+// backend's isolation, and nothing is recorded.
+type NotRunError struct {
+	Backend string
+	Reason  string
+}
+
+func (e *NotRunError) Error() string {
+	return fmt.Sprintf("battery not run for %s: %s", e.Backend, e.Reason)
 }
 
 // Run runs the suite and returns the certification record. Progress lines
@@ -130,7 +155,12 @@ func Run(ctx context.Context, s Suite, progress io.Writer) (cert.Record, error) 
 	b := s.Target.Backend
 	capa := b.Probe(ctx)
 	if !capa.Available {
-		return cert.Record{}, fmt.Errorf("battery: %s is unavailable: %s", b.Name(), capa.Reason)
+		return cert.Record{}, &NotRunError{Backend: b.Name(), Reason: "unavailable: " + capa.Reason}
+	}
+	for _, p := range s.Prerequisites {
+		if err := p.Check(); err != nil {
+			return cert.Record{}, &NotRunError{Backend: b.Name(), Reason: err.Error()}
+		}
 	}
 	w, ok := b.(Weakener)
 	if !ok {

@@ -107,3 +107,30 @@ func TestCatalogueLetters(t *testing.T) {
 		}
 	}
 }
+
+// Regression for issue #26 item 1: certifying a backend whose template was
+// missing recorded every probe as failed ("this machine is insecure"). A
+// missing prerequisite now runs no probe and yields no record.
+func TestMissingPrerequisiteRunsNothing(t *testing.T) {
+	ran := false
+	s := suite(Probe{ID: 50, Weakness: NoPidsLimit, Run: func(context.Context, Target) Observation {
+		ran = true
+		return Observation{Secure: true}
+	}})
+	s.Prerequisites = []Prerequisite{
+		{What: "here", Check: func() error { return nil }},
+		{What: "template busybox", Check: func() error {
+			return errors.New("no template \"busybox\" to test with: build it with `wovyr image build busybox`")
+		}},
+	}
+	rec, err := Run(context.Background(), s, nil)
+	var nr *NotRunError
+	want := "battery not run for native: no template \"busybox\" to test with: build it with `wovyr image build busybox`"
+	if !errors.As(err, &nr) || err.Error() != want || ran || len(rec.Outcomes) != 0 {
+		t.Fatalf("err %v (ran %v, %d outcomes), want %q and nothing run", err, ran, len(rec.Outcomes), want)
+	}
+	s.Target.Backend = &fake{available: false}
+	if _, err := Run(context.Background(), s, nil); !errors.As(err, &nr) || err.Error() != "battery not run for native: unavailable: gone" {
+		t.Fatalf("unavailable backend: %v", err)
+	}
+}

@@ -24,14 +24,14 @@ func (m *Manager) Select(ctx context.Context, p sandbox.Policy, kind sandbox.Wor
 		if b.Strength() < required {
 			continue
 		}
-		why := m.unusable(ctx, b, p, kind)
+		why, summary := m.unusable(ctx, b, p, kind)
 		if why == "" {
 			m.log.Info("select", "backend", b.Name(), "required", required, "trust", p.Trust,
 				"preference", p.Preference, "floor", p.Floor, "trust_floor", m.floors.Of(p.Trust), "kind", kind,
 				"skipped", len(rejections))
 			return b, nil
 		}
-		rejections = append(rejections, sandbox.Rejection{Backend: b.Name(), Strength: b.Strength(), Reason: why})
+		rejections = append(rejections, sandbox.Rejection{Backend: b.Name(), Strength: b.Strength(), Reason: why, Summary: summary})
 	}
 	err := &sandbox.FloorError{Required: required, Kind: kind, Rejections: rejections}
 	m.log.Warn("select refused", "required", required, "trust", p.Trust, "preference", p.Preference,
@@ -39,29 +39,34 @@ func (m *Manager) Select(ctx context.Context, p sandbox.Policy, kind sandbox.Wor
 	return nil, err
 }
 
-// unusable says why b cannot take the workload, or "" if it can.
-func (m *Manager) unusable(ctx context.Context, b sandbox.Backend, p sandbox.Policy, kind sandbox.WorkloadKind) string {
+// unusable says why b cannot take the workload, or "" if it can: the
+// operator's full reason and the tenant's path-free summary of it.
+func (m *Manager) unusable(ctx context.Context, b sandbox.Backend, p sandbox.Policy, kind sandbox.WorkloadKind) (why, summary string) {
 	if !sandbox.Accepts(b, kind) {
-		return fmt.Sprintf("does not run %s workloads", kind)
+		why = fmt.Sprintf("does not run %s workloads", kind)
+		return why, why
 	}
 	capa := m.Probe(ctx, b)
 	if !capa.Available {
-		return "unavailable: " + capa.Reason
+		return "unavailable: " + capa.Reason, sandbox.SummaryUnavailable
 	}
 	if err := m.certified(b, capa); err != nil {
-		return err.Error()
+		return err.Error(), sandbox.SummaryUncertified
 	}
 	if !p.Network.DenyAll() {
 		if !capa.Egress {
-			return "cannot enforce an egress allowlist (deny-all only)"
+			why = "cannot enforce an egress allowlist (deny-all only)"
+			return why, why
 		}
 		if nc, ok := b.(sandbox.NetworkChecker); ok {
 			if err := nc.CheckNetwork(p.Network); err != nil {
-				return "cannot enforce this network policy: " + err.Error()
+				// The checker judges the tenant's own rules.
+				return "cannot enforce this network policy: " + err.Error(),
+					"cannot enforce this network policy: " + sandbox.Public(err)
 			}
 		}
 	}
-	return ""
+	return "", ""
 }
 
 // Prepare prepares a sandbox on b for tmpl. It is the only path to

@@ -1,8 +1,11 @@
 package sandbox
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"strings"
 )
 
@@ -36,6 +39,11 @@ var ErrFloorLowered = errors.New("trust floor lowered without override")
 
 // Error is a typed error: a class, the input field at fault (if any), and a
 // message for people. It unwraps to its Class and to the cause.
+//
+// Msg may reach a tenant (see Public): it says what is wrong in the
+// request's own terms and holds no host detail — no host path, no operator
+// command. Such detail goes in Err, which the operator sees (logs, the local
+// CLI) and tenants do not where the class is the node's fault.
 type Error struct {
 	Class Class
 	Field string // the offending input field for BadInput, e.g. "limits.memory"
@@ -100,8 +108,21 @@ func FieldOf(err error) string {
 type Rejection struct {
 	Backend  string   `json:"backend"`
 	Strength Strength `json:"strength"`
-	Reason   string   `json:"reason"`
+	// Reason is the operator's full reason (a probe's error may name host
+	// paths and the command that fixes it).
+	Reason string `json:"reason"`
+	// Summary is the tenant's short, path-free reason, e.g. "not available
+	// on this node". Empty means "not usable on this node".
+	Summary string `json:"summary,omitempty"`
 }
+
+// Tenant-facing rejection summaries: what a tenant may know of this node.
+const (
+	SummaryUnavailable   = "not available on this node"
+	SummaryUncertified   = "not certified on this node"
+	SummaryNotRegistered = "not registered on this node"
+	summaryUnusable      = "not usable on this node"
+)
 
 // FloorError is the FloorUnmet error: the required strength and, for every
 // backend at or above it, why it was not usable.
@@ -123,5 +144,80 @@ func (e *FloorError) Error() string {
 	return b.String()
 }
 
+// Public is the tenant's rendering: each backend's Summary instead of its
+// Reason.
+func (e *FloorError) Public() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "floor-unmet: no usable backend at or above %s for a %s workload", e.Required, e.Kind)
+	if len(e.Rejections) == 0 {
+		b.WriteString(": no backend is registered at that strength")
+	}
+	for _, r := range e.Rejections {
+		fmt.Fprintf(&b, "; %s: %s", r.Backend, cmp.Or(r.Summary, summaryUnusable))
+	}
+	return b.String()
+}
+
 // Unwrap makes errors.Is(err, FloorUnmet) true.
 func (e *FloorError) Unwrap() error { return FloorUnmet }
+
+// Public renders err for a tenant: what went wrong and what the tenant can
+// do, without this node's details. Errors that know their tenant rendering
+// (a *FloorError's summaries) give it. A failure of the node itself
+// (backend-failure, lost) says only that, since its causes are host paths,
+// runtime output and VM consoles; the operator reads them in the log, keyed
+// by the invocation id. The rest (bad input, policy, limits) is about the
+// request and is rendered whole.
+//
+// Public is for every tenant-visible error: API bodies, records, events.
+// Logs, the admin views and the local CLI use Error().
+func Public(err error) string {
+	if err == nil {
+		return ""
+	}
+	var fe *FloorError
+	if errors.As(err, &fe) {
+		return fe.Public()
+	}
+	switch c := ClassOf(err); c {
+	case BackendFailure:
+		return string(c) + ": the sandbox machinery failed on this node (not the workload); the operator's log has the detail"
+	case Lost:
+		return string(c) + ": the node stopped while the invocation ran"
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.public()
+	}
+	return err.Error()
+}
+
+// public is Error() with only the causes that are safe for a tenant: a
+// typed *Error (its own public form) or an error that offers Public() (a
+// wasm compiler's one-line verdict). An untyped cause (an *fs.PathError
+// naming a host path) is left out.
+func (e *Error) public() string {
+	var b strings.Builder
+	b.WriteString(string(e.Class))
+	if e.Field != "" {
+		b.WriteString(" (" + e.Field + ")")
+	}
+	b.WriteString(": " + e.Msg)
+	var inner *Error
+	switch c := e.Err.(type) {
+	case interface{ Public() string }:
+		b.WriteString(": " + c.Public())
+	case *fs.PathError:
+		// Relative: a name inside the workspace (os.Root's errors), the
+		// tenant's own; absolute would be the host's.
+		if !filepath.IsAbs(c.Path) {
+			b.WriteString(": " + c.Error())
+		}
+	case nil:
+	default:
+		if errors.As(c, &inner) {
+			b.WriteString(": " + inner.public())
+		}
+	}
+	return b.String()
+}

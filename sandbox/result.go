@@ -29,6 +29,30 @@ type Result struct {
 	Error string `json:"error,omitempty"` // human detail for a non-OK class
 }
 
+// ExitNotStarted is the exit code of a workload whose program could not be
+// started: not found, not executable, or a script whose interpreter is
+// missing. Every backend reports it the same way (NotStarted), as a shell
+// reports "command not found": the request was well formed, and only the
+// sandbox's own filesystem (an image, a guest's rootfs) can say whether a
+// path exists in it, so it is the workload's outcome, not bad input.
+const ExitNotStarted = 127
+
+// NotStarted makes res the outcome of a workload whose program could not be
+// started: Class OK, exit code ExitNotStarted, and one line on stderr,
+// "wovyr: WHY" (e.g. "wovyr: fork/exec /nope: no such file or directory",
+// "wovyr: nope: command not found").
+func NotStarted(res *Result, why string) {
+	res.Class, res.Error = OK, ""
+	res.ExitCode, res.Signal = ExitNotStarted, ""
+	if res.Stdout == nil {
+		res.Stdout = []byte{}
+	}
+	res.Stderr = append(res.Stderr, NotStartedLine(why)...)
+}
+
+// NotStartedLine is the stderr line NotStarted adds.
+func NotStartedLine(why string) []byte { return []byte("wovyr: " + why + "\n") }
+
 // Usage is what the workload consumed.
 type Usage struct {
 	Wall       time.Duration `json:"wall"`

@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +132,38 @@ func TestErrorClasses(t *testing.T) {
 	fe := &FloorError{Required: GVisor, Kind: KindCommand}
 	if !errors.Is(fe, FloorUnmet) || ClassOf(fe) != FloorUnmet {
 		t.Fatalf("floor error class: %v", ClassOf(fe))
+	}
+}
+
+type publicCause struct{}
+
+func (publicCause) Error() string  { return "verdict\nwith a dump" }
+func (publicCause) Public() string { return "verdict" }
+
+// Issue #26 item 2: what a tenant reads names no host detail.
+func TestPublicLeavesOutHostDetail(t *testing.T) {
+	host := &fs.PathError{Op: "open", Path: "/var/lib/wovyr/images/x", Err: fs.ErrNotExist}
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{nil, ""},
+		{Wrap(BadInput, host, "file a"), "bad-input: file a"},
+		{Wrap(BadInput, &fs.PathError{Op: "openat", Path: "a/b", Err: fs.ErrExist}, "file a/b"), "bad-input: file a/b: openat a/b: file already exists"},
+		{Wrap(BadInput, publicCause{}, "invalid wasm module"), "bad-input: invalid wasm module: verdict"},
+		{fmt.Errorf("prepare on x: %w", &Error{Class: BadInput, Field: "template.image", Msg: `no template "t" on this node`, Err: errors.New("build it: wovyr image build t")}),
+			`bad-input (template.image): no template "t" on this node`},
+		{fmt.Errorf("prepare on x: %w", Wrap(BackendFailure, host, "bundle in %s", "/var/lib/wovyr/run")),
+			"backend-failure: the sandbox machinery failed on this node (not the workload); the operator's log has the detail"},
+		{errors.New("untyped " + host.Error()), "backend-failure: the sandbox machinery failed on this node (not the workload); the operator's log has the detail"},
+		{&FloorError{Required: GVisor, Kind: KindCommand, Rejections: []Rejection{
+			{Backend: "gvisor", Reason: "unavailable: runsc: exec: \"runsc\": executable file not found in $PATH", Summary: SummaryUnavailable},
+			{Backend: "microvm", Reason: "open /var/lib/wovyr/images/microvm/image.json"}}},
+			"floor-unmet: no usable backend at or above gvisor for a command workload; gvisor: not available on this node; microvm: not usable on this node"},
+		{Errorf(Timeout, "", "wall deadline %s passed", "1s"), "timeout: wall deadline 1s passed"},
+	} {
+		if got := Public(c.err); got != c.want {
+			t.Errorf("Public(%v) = %q, want %q", c.err, got, c.want)
+		}
 	}
 }

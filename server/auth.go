@@ -49,11 +49,11 @@ func (s *Server) authed(admin bool, h func(http.ResponseWriter, *http.Request, *
 	return func(w http.ResponseWriter, r *http.Request) {
 		t, err := s.authenticate(r)
 		if err != nil {
-			writeError(w, err)
+			s.writeError(w, err)
 			return
 		}
 		if admin && !t.cfg.Admin {
-			writeError(w, sandbox.Errorf(Forbidden, "", "this needs an admin token"))
+			s.writeError(w, sandbox.Errorf(Forbidden, "", "this needs an admin token"))
 			return
 		}
 		h(w, r, t)

@@ -12,10 +12,23 @@ import (
 func (s *Server) handleBackends(w http.ResponseWriter, r *http.Request, t *tenant) {
 	force := r.URL.Query().Get("probe") == "true"
 	if force && !t.cfg.Admin {
-		writeError(w, sandbox.Errorf(Forbidden, "probe", "re-probing needs an admin token"))
+		s.writeError(w, sandbox.Errorf(Forbidden, "probe", "re-probing needs an admin token"))
 		return
 	}
-	writeJSON(w, http.StatusOK, s.mgr.Detect(r.Context(), force))
+	sts := s.mgr.Detect(r.Context(), force)
+	if !t.cfg.Admin {
+		// A probe's reason names host paths and the operator's fix; a
+		// tenant learns only whether each backend is usable here.
+		for i := range sts {
+			if !sts[i].Capability.Available {
+				sts[i].Capability.Reason = sandbox.SummaryUnavailable
+			}
+			if sts[i].CertReason != "" {
+				sts[i].CertReason = sandbox.SummaryUncertified
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, sts)
 }
 
 // handleCertify is POST /v1/backends/{name}/certify (admin): run the escape
@@ -23,20 +36,21 @@ func (s *Server) handleBackends(w http.ResponseWriter, r *http.Request, t *tenan
 func (s *Server) handleCertify(w http.ResponseWriter, r *http.Request, t *tenant) {
 	name := r.PathValue("name")
 	if _, ok := s.mgr.Backend(name); !ok {
-		writeError(w, sandbox.Errorf(NotFound, "name", "no backend %q on this node", name))
+		s.writeError(w, sandbox.Errorf(NotFound, "name", "no backend %q on this node", name))
 		return
 	}
 	if s.certify == nil {
-		writeError(w, sandbox.Errorf(Unavailable, "", "this daemon was started without the battery (no wovyr-guest)"))
+		s.writeError(w, sandbox.Errorf(Unavailable, "", "this daemon was started without the battery (no wovyr-guest)"))
 		return
 	}
 	rec, err := s.certify(r.Context(), name)
 	if err != nil {
-		writeError(w, err)
+		s.log.Warn("certify failed", "backend", name, "error", err.Error())
+		writeErrorMessage(w, err, err.Error()) // admin only: the operator's full reason
 		return
 	}
 	if err := s.store.PutCert(rec); err != nil {
-		writeError(w, sandbox.Wrap(sandbox.BackendFailure, err, "store certification"))
+		s.writeError(w, sandbox.Wrap(sandbox.BackendFailure, err, "store certification"))
 		return
 	}
 	s.mgr.Detect(r.Context(), true)

@@ -65,8 +65,19 @@ func (e *retryError) Unwrap() error { return e.error }
 
 func retryAfter(err error, d time.Duration) error { return &retryError{err, d} }
 
-// writeError writes err as the JSON error body with its mapped status.
-func writeError(w http.ResponseWriter, err error) {
+// writeError writes err as the JSON error body with its mapped status, in
+// its tenant rendering (sandbox.Public: no host paths, no operator
+// commands). A failure of the node's own is logged whole for the operator.
+func (s *Server) writeError(w http.ResponseWriter, err error) {
+	if c := sandbox.ClassOf(err); c == sandbox.BackendFailure || c == sandbox.Lost {
+		s.log.Warn("request failed", "class", c, "error", err.Error())
+	}
+	writeErrorMessage(w, err, sandbox.Public(err))
+}
+
+// writeErrorMessage writes err's body with msg as its message: the
+// operator's full text on admin routes, else the tenant's.
+func writeErrorMessage(w http.ResponseWriter, err error, msg string) {
 	c := sandbox.ClassOf(err)
 	status := statusOf(c)
 	var re *retryError
@@ -79,7 +90,7 @@ func writeError(w http.ResponseWriter, err error) {
 	if c == Unauthenticated {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="wovyr"`)
 	}
-	writeJSON(w, status, client.ErrorBody{Code: c, Message: err.Error(), Field: sandbox.FieldOf(err)})
+	writeJSON(w, status, client.ErrorBody{Code: c, Message: msg, Field: sandbox.FieldOf(err)})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

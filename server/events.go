@@ -25,12 +25,12 @@ const chunk = 16 << 10
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, t *tenant) {
 	id := r.PathValue("id")
 	if _, err := s.owned(id, t); err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	fl, ok := w.(http.Flusher)
 	if !ok {
-		writeError(w, fmt.Errorf("streaming unsupported"))
+		s.writeError(w, fmt.Errorf("streaming unsupported"))
 		return
 	}
 	last, _ := strconv.Atoi(r.Header.Get("Last-Event-ID"))

@@ -132,6 +132,13 @@ func stateDir(t testing.TB) string {
 
 func newHarness(t testing.TB, cfg config.Config, dir string) *harness {
 	t.Helper()
+	return newHarnessWith(t, cfg, dir, nil)
+}
+
+// newHarnessWith is newHarness with more backends beside native and wasm,
+// made by extra from the state dir (nil: none).
+func newHarnessWith(t testing.TB, cfg config.Config, dir string, extra func(dir string, st *store.Store) []sandbox.Backend) *harness {
+	t.Helper()
 	if dir == "" {
 		dir = stateDir(t)
 	}
@@ -162,7 +169,11 @@ func newHarness(t testing.TB, cfg config.Config, dir string) *harness {
 	if err := st.PutCert(certifyWasm(t, wb)); err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := manager.New(manager.Config{Backends: []sandbox.Backend{nb, wb}, Certs: st, Logger: log})
+	backends := []sandbox.Backend{nb, wb}
+	if extra != nil {
+		backends = append(backends, extra(dir, st)...)
+	}
+	mgr, err := manager.New(manager.Config{Backends: backends, Certs: st, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

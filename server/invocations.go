@@ -17,17 +17,17 @@ import (
 // handleSubmit is POST /v1/invocations[?wait=DURATION].
 func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, t *tenant) {
 	if ok, after := t.rate.take(time.Now()); !ok {
-		writeError(w, retryAfter(sandbox.Errorf(RateLimited, "", "tenant %s is over its submission rate (%.4g/s)", t.cfg.Name, t.cfg.Rate), after))
+		s.writeError(w, retryAfter(sandbox.Errorf(RateLimited, "", "tenant %s is over its submission rate (%.4g/s)", t.cfg.Name, t.cfg.Rate), after))
 		return
 	}
 	wait, err := s.waitParam(r)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	inv, err := s.decodeInvocation(w, r)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	switch {
@@ -37,21 +37,21 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, t *tenant)
 		err = sandbox.Errorf(sandbox.BadInput, "tenant", "the tenant is the token's (%s)", t.cfg.Name)
 	}
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	inv.ID, inv.Tenant = sandbox.NewID(), t.cfg.Name
 	if err := inv.Validate(); err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	if _, err := s.submit(r.Context(), t, inv); err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	rec, err := s.waitDone(r.Context(), inv.ID, wait)
 	if err != nil {
-		writeError(w, sandbox.Wrap(sandbox.BackendFailure, err, "read record"))
+		s.writeError(w, sandbox.Wrap(sandbox.BackendFailure, err, "read record"))
 		return
 	}
 	w.Header().Set("Location", "/v1/invocations/"+inv.ID)
@@ -66,17 +66,17 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, t *tenant)
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, t *tenant) {
 	wait, err := s.waitParam(r)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	id := r.PathValue("id")
 	if _, err := s.owned(id, t); err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	rec, err := s.waitDone(r.Context(), id, wait)
 	if err != nil {
-		writeError(w, notFound(id, err))
+		s.writeError(w, notFound(id, err))
 		return
 	}
 	writeJSON(w, http.StatusOK, wire(rec))
@@ -88,23 +88,23 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, t *tenant)
 	id := r.PathValue("id")
 	rec, err := s.owned(id, t)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	if !rec.State.Terminal() && !s.cancel(id, errCancelled) {
 		rec, err = s.store.Get(id) // it ended meanwhile
 		if err != nil {
-			writeError(w, notFound(id, err))
+			s.writeError(w, notFound(id, err))
 			return
 		}
 	}
 	if rec.State.Terminal() {
-		writeError(w, sandbox.Errorf(Conflict, "", "invocation %s already ended (%s)", id, rec.State))
+		s.writeError(w, sandbox.Errorf(Conflict, "", "invocation %s already ended (%s)", id, rec.State))
 		return
 	}
 	rec, err = s.waitDone(r.Context(), id, time.Minute)
 	if err != nil {
-		writeError(w, notFound(id, err))
+		s.writeError(w, notFound(id, err))
 		return
 	}
 	writeJSON(w, http.StatusOK, wire(rec))
@@ -183,7 +183,8 @@ func (s *Server) decodeInvocation(w http.ResponseWriter, r *http.Request) (*sand
 		name, _ = strconv.Unquote(name)
 		return nil, sandbox.Errorf(sandbox.BadInput, name, "unknown field %q", name)
 	}
-	return nil, sandbox.Wrap(sandbox.BadInput, err, "invalid invocation")
+	// The decoder's message is about the body alone: safe to show whole.
+	return nil, sandbox.Errorf(sandbox.BadInput, "", "invalid invocation: %v", err)
 }
 
 // wire converts a store record to its API form.

@@ -118,7 +118,9 @@ func (s *Server) execute(j *job) {
 func (s *Server) finish(j *job, st store.State, res *sandbox.Result, runErr error, admitted time.Time) {
 	inv, b := j.inv, j.backend.Name()
 	if res == nil {
-		res = &sandbox.Result{ID: inv.ID, ExitCode: -1, Class: sandbox.ClassOf(runErr), Error: runErr.Error()}
+		// The record is the tenant's to read: it holds the tenant
+		// rendering, and the log below the operator's full error.
+		res = &sandbox.Result{ID: inv.ID, ExitCode: -1, Class: sandbox.ClassOf(runErr), Error: sandbox.Public(runErr)}
 		res.Timings.Queued = j.accepted
 		if !admitted.IsZero() {
 			res.Backend = b
@@ -142,6 +144,9 @@ func (s *Server) finish(j *job, st store.State, res *sandbox.Result, runErr erro
 		"exit_code", res.ExitCode, "total_ms", ms(total)}
 	if !admitted.IsZero() {
 		attrs = append(attrs, "queue_ms", ms(admitted.Sub(j.accepted)))
+	}
+	if runErr != nil {
+		attrs = append(attrs, "error", runErr.Error())
 	}
 	if t := res.Timings; !t.Acquired.IsZero() && !t.Started.IsZero() && !t.Finished.IsZero() {
 		run := t.Finished.Sub(t.Started)

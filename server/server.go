@@ -272,13 +272,13 @@ func (s *Server) Handler() http.Handler {
 	})
 	route("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !s.ready.Load() {
-			writeError(w, Unavailable)
+			s.writeError(w, Unavailable)
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	route("/", s.authed(false, func(w http.ResponseWriter, r *http.Request, _ *tenant) {
-		writeError(w, fmt.Errorf("%w: no route %s %s", NotFound, r.Method, r.URL.Path))
+		s.writeError(w, fmt.Errorf("%w: no route %s %s", NotFound, r.Method, r.URL.Path))
 	}))
 	return mux
 }

@@ -187,7 +187,9 @@ func fillResult(res *sandbox.Result, rep agent.VMReply, jobID string, l sandbox.
 	case rep.OOMKilled:
 		res.Error = "a process of the workload was killed at the memory limit; the workload went on"
 	case rep.Error != "":
-		res.Error = rep.Error
+		// Could not start (e.g. command not found): report it as a shell
+		// would, and as every other backend does (sandbox.NotStarted).
+		res.Stderr = append(res.Stderr, sandbox.NotStartedLine(rep.Error)...)
 	}
 	return nil
 }

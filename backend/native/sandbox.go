@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -162,9 +163,12 @@ func (s *nativeSandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sand
 	if err := writeFiles(s.dir, inv.Workload.Files, s.uid, s.gid); err != nil {
 		return nil, err
 	}
-	prog, err := agent.LookPath(inv.Workload.Argv[0], inv.Workload.Env)
+	// Resolved and checked as the agent does inside container, gVisor and
+	// microVM sandboxes, so a program that cannot start reads the same on
+	// every backend (sandbox.NotStarted).
+	prog, err := agent.LookPathIn("/", s.dir, inv.Workload.Argv[0], inv.Workload.Env, nil)
 	if err != nil {
-		return nil, sandbox.Wrap(sandbox.BadInput, err, "workload.argv")
+		return s.notStarted(inv, err.Error()), nil
 	}
 	if err := s.setLimits(s.groupLimits(lim, inv.Resources.CPUMillis)); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: cgroup limits")
@@ -250,8 +254,12 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	h := s.handle
 	defer h.Close()
 	if err := s.spawner.start(cmd, rl, h); err != nil {
-		if st, serr := os.Stat(prog); serr != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
-			return nil, sandbox.Wrap(sandbox.BadInput, err, "workload.argv: cannot execute %s", prog)
+		// execve itself refused (the sandbox's uid may not read or run
+		// what root could see): the workload's outcome, as on every tier.
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) && pe.Op == "fork/exec" {
+			res.Timings.Finished = time.Now()
+			sandbox.NotStarted(res, pe.Error())
+			return res, nil
 		}
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: start")
 	}
@@ -398,4 +406,14 @@ func (s *nativeSandbox) Destroy(ctx context.Context) error {
 		return sandbox.Wrap(sandbox.BackendFailure, err, "native: destroy %s", s.id)
 	}
 	return nil
+}
+
+// notStarted is the result of a workload whose program could not be
+// started: nothing ran.
+func (s *nativeSandbox) notStarted(inv *sandbox.Invocation, why string) *sandbox.Result {
+	res := &sandbox.Result{ID: inv.ID, Backend: s.b.Name()}
+	res.Timings.Started = time.Now()
+	res.Timings.Finished = res.Timings.Started
+	sandbox.NotStarted(res, why)
+	return res
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/wovyr/wovyr/battery"
+	"github.com/wovyr/wovyr/image"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
@@ -119,6 +120,7 @@ func Suite(b *Backend, image string) battery.Suite {
 		Target:        battery.Target{Backend: b, Guest: []string{agentPath, "probe"}, Image: image},
 		Probes:        probes,
 		NotApplicable: na,
+		Prerequisites: []battery.Prerequisite{templatePrerequisite(b, image)},
 	}
 }
 
@@ -497,4 +499,15 @@ func retryLostSandbox(run func(context.Context, battery.Target) battery.Observat
 		o2.Observed = fmt.Sprintf("retried once after a sandbox failure (%s): %s", o.Observed, o2.Observed)
 		return o2
 	}
+}
+
+// templatePrerequisite is the battery's need for the template its probes
+// run in (the hostile-image probe also copies busybox out of it).
+func templatePrerequisite(b *Backend, name string) battery.Prerequisite {
+	return battery.Prerequisite{What: "template " + name, Check: func() error {
+		if !image.Exists(b.imagesDir(), name) {
+			return fmt.Errorf("no template %q to test with: build it with `wovyr image build %s`", name, name)
+		}
+		return nil
+	}}
 }

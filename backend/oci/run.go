@@ -178,7 +178,7 @@ func (s *Sandbox) workloadEnv(inv *sandbox.Invocation) []string {
 
 // notStarted is the stderr line of a job that could not start (command not
 // found, …), as a shell would print it.
-func notStarted(why string) string { return "wovyr: " + why + "\n" }
+func notStarted(why string) string { return string(sandbox.NotStartedLine(why)) }
 
 // limitHit classes res by the host-enforced limit the run hit, CPU time or
 // memory, as killed (137); it reports whether there was one.

@@ -94,7 +94,9 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 		return nil, sandbox.Errorf(sandbox.BadInput, "template.image", "invalid image name %q", name)
 	}
 	if !image.Exists(b.imagesDir(), name) {
-		return nil, sandbox.Errorf(sandbox.BadInput, "template.image", "no template %q (build it: wovyr image build %s)", name, name)
+		// The fix is the operator's: tenants see only the Msg.
+		return nil, &sandbox.Error{Class: sandbox.BadInput, Field: "template.image", Msg: fmt.Sprintf("no template %q on this node", name),
+			Err: fmt.Errorf("build it: wovyr image build %s", name)}
 	}
 	d, err := b.chosen(ctx)
 	if err != nil {

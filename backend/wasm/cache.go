@@ -189,6 +189,10 @@ func (c *cache) module(moduleDigest string, wasm []byte) (*wasmcapi.Module, erro
 	}
 	m, err := c.engine.Compile(wasm)
 	if err != nil {
+		var we *wasmcapi.Error
+		if errors.As(err, &we) {
+			c.log.Debug("wasm: compile failed", "module", moduleDigest, "detail", we.Detail)
+		}
 		return nil, sandbox.Wrap(sandbox.BadInput, err, "invalid wasm module")
 	}
 	c.compiled.Add(1)

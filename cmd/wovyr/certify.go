@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,6 +28,9 @@ func certifyMain(ctx context.Context, g *globals, args []string) int {
 	markdown := fs.String("markdown", "", "also write the probe × backend table of every stored record to this file")
 	configFile := fs.String("config", "", "certify the backends as `serve --config` this file builds them (with egress.enabled: allowlisted egress and the egress rows)")
 	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if code := refuseUnlessRoot(g); code != 0 {
 		return code
 	}
 	network, code := certifyNetwork(ctx, g, *configFile)
@@ -78,6 +82,16 @@ func certifyMain(ctx context.Context, g *globals, args []string) int {
 			fmt.Fprintf(progress, "== %s\n", b.Name())
 		}
 		rec, err := battery.Run(ctx, suite, progress)
+		if nr := (*battery.NotRunError)(nil); errors.As(err, &nr) {
+			// Something the battery needs is missing: no verdict on the
+			// backend, so nothing is recorded (a record listing every
+			// probe as failed would read as "this machine is insecure").
+			fmt.Fprintf(os.Stderr, "wovyr: %s: not certified, the battery did not run: %s\n", b.Name(), nr.Reason)
+			if *only != "" {
+				code = exitBackendFailure
+			}
+			continue
+		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "wovyr: %s: %v\n", b.Name(), err)
 			if *only != "" {

@@ -21,6 +21,8 @@ type globals struct {
 	// (crun, else runc), "crun", "runc" or a path. Each runtime is
 	// certified on its own (its version is in the certification key).
 	containerRuntime string
+	// cmd is the command being run ("run", "certify", …), for messages.
+	cmd string
 }
 
 // defaultStateDir is /var/lib/wovyr for root, else the XDG state dir.
@@ -129,6 +131,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 // mustNode opens the node, or reports why not and returns the exit code.
 // The caller closes it.
 func mustNode(g *globals) (*node, int) {
+	if code := refuseUnlessRoot(g); code != 0 {
+		return nil, code
+	}
 	n, err := openNode(g)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "wovyr:", err)

@@ -36,6 +36,12 @@ func imageMain(ctx context.Context, g *globals, args []string) int {
 		fs.Usage()
 		return exitUsage
 	}
+	if a[0] != "list" {
+		// Templates are root-owned trees the root-run backends mount.
+		if code := refuseUnlessRoot(g); code != 0 {
+			return code
+		}
+	}
 	var err error
 	switch {
 	case a[0] == "build" && len(a) == 2:

@@ -52,7 +52,9 @@ const (
 )
 
 const exitCodesHelp = `Exit codes:
-  the workload's own exit code when it ran to completion (128+N if signal N ended it)
+  the workload's own exit code when it ran to completion (128+N if signal N ended it);
+       127 with a "wovyr: ..." line on stderr when its program could not be started
+       (not found, not executable), on every backend
   2    usage error
   120  bad input (nothing was started)
   121  floor unmet: no certified, available backend at or above the required strength
@@ -64,6 +66,16 @@ const exitCodesHelp = `Exit codes:
   127  cancelled (interrupt or shutdown)
 `
 
+// prerequisitesHelp is what a fresh node needs before each backend is
+// selectable: a backend runs work only once the escape battery certified
+// it here, and the battery needs what the backend's sandboxes need.
+const prerequisitesHelp = `Before a backend runs work here, the escape battery must certify it (as root):
+  every backend       wovyr certify  (or wovyr certify --backend NAME)
+  container, gvisor   first wovyr image build busybox (the battery's template; gvisor also needs runsc)
+  microvm             first wovyr image build microvm (guest kernel, initramfs, root disk)
+wovyr backends shows what each backend lacks.
+`
+
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "usage: wovyr [--state-dir DIR] [--log-level LEVEL] [--guest PATH] [--container-runtime auto|crun|runc] COMMAND [ARGS]\n\nCommands:\n")
 	cmds := commands()
@@ -71,7 +83,7 @@ func usage(w io.Writer) {
 	for _, c := range cmds {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(w, "\nRun 'wovyr COMMAND --help' for a command's flags.\n\n%s", exitCodesHelp)
+	fmt.Fprintf(w, "\nRun 'wovyr COMMAND --help' for a command's flags.\n\n%s\n%s\n%s", prerequisitesHelp, rootHelp, exitCodesHelp)
 }
 
 func main() {
@@ -95,6 +107,7 @@ func dispatch(ctx context.Context, args []string) int {
 	}
 	for _, c := range commands() {
 		if c.name == rest[0] {
+			g.cmd = c.name
 			return c.run(ctx, g, rest[1:])
 		}
 	}

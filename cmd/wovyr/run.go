@@ -61,6 +61,9 @@ func runMain(ctx context.Context, g *globals, args []string) int {
 	if c.remote != "" {
 		return c.runRemote(ctx, g, inv)
 	}
+	if code := refuseUnlessRoot(g); code != 0 {
+		return code
+	}
 	if err := storeFree(g); err != nil {
 		return c.fail(err)
 	}

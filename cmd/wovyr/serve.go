@@ -51,6 +51,9 @@ func serveMain(ctx context.Context, g *globals, args []string) int {
 		fmt.Println(config.HashToken(strings.TrimSpace(tok)))
 		return 0
 	}
+	if code := refuseUnlessRoot(g); code != 0 {
+		return code
+	}
 	if err := c.run(ctx, g); err != nil {
 		fmt.Fprintln(os.Stderr, "wovyr serve:", err)
 		return exitBackendFailure

@@ -131,3 +131,45 @@ func TestDeadlineNeedsTheTicker(t *testing.T) {
 		t.Fatalf("%+v", o)
 	}
 }
+
+// Regression for issue #26 item 5: an invalid module printed Wasmtime's
+// multi-line "Caused by:" dump, the magic bytes one per line.
+func TestInvalidModuleIsOneLine(t *testing.T) {
+	e, err := NewEngine(EngineConfig{PoolSlots: 1, MaxMemory: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for _, c := range []struct {
+		name string
+		wasm []byte
+		want string
+	}{
+		{"text file", []byte("hello world\n"), "not a WebAssembly module: bad magic number"},
+		{"short", []byte("\x00a"), "not a WebAssembly module: bad magic number"},
+		{"elf", []byte("\x7fELF\x02\x01\x01"), "not a WebAssembly module: it is an ELF executable"},
+		{"wat", []byte("  (module)\n"), "not a WebAssembly module: it is WebAssembly text (compile it with wat2wasm)"},
+		{"bad version", []byte("\x00asm\x09\x00\x00\x00"), "failed to parse WebAssembly module: unknown binary version: 0x9 (at offset 0x4)"},
+	} {
+		_, err := e.Compile(c.wasm)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%s: Compile error %q, want %q", c.name, err, c.want)
+		}
+		if err := e.Validate(c.wasm); err == nil || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: Validate error %q, want one line", c.name, err)
+		}
+	}
+}
+
+func TestOneLineReport(t *testing.T) {
+	for _, c := range []struct{ report, want string }{
+		{"failed to parse WebAssembly module\n\nCaused by:\n    magic header not detected: bad magic number - expected=[\n        0x0,\n        0x61,\n    ] actual=[\n        0x68,\n    ] (at offset 0x0)\n\nStack backtrace:\n   0: anyhow::error\n",
+			"failed to parse WebAssembly module: magic header not detected: bad magic number"},
+		{"a\n\nCaused by:\n    0: b\n    1: c", "a: b: c"},
+		{"just one line", "just one line"},
+	} {
+		if got := oneLine(c.report); got != c.want {
+			t.Errorf("oneLine(%q) = %q, want %q", c.report, got, c.want)
+		}
+	}
+}

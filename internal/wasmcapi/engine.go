@@ -144,7 +144,7 @@ func errorOf(err *C.wasmtime_error_t) error {
 	msg := C.GoStringN(m.data, C.int(m.size))
 	C.wasm_byte_vec_delete(&m)
 	C.wasmtime_error_delete(err)
-	return errors.New(msg)
+	return newError(msg)
 }
 
 func bytesPtr(b []byte) *C.uint8_t {

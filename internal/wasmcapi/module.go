@@ -23,6 +23,9 @@ func (e *Engine) Validate(wasm []byte) error {
 	if len(wasm) == 0 {
 		return errors.New("empty module")
 	}
+	if err := checkMagic(wasm); err != nil {
+		return err
+	}
 	err := errorOf(C.wasmtime_module_validate(e.ptr, bytesPtr(wasm), C.size_t(len(wasm))))
 	runtime.KeepAlive(wasm)
 	return err
@@ -32,6 +35,9 @@ func (e *Engine) Validate(wasm []byte) error {
 func (e *Engine) Compile(wasm []byte) (*Module, error) {
 	if len(wasm) == 0 {
 		return nil, errors.New("empty module")
+	}
+	if err := checkMagic(wasm); err != nil {
+		return nil, err
 	}
 	var m *C.wasmtime_module_t
 	err := errorOf(C.wasmtime_module_new(e.ptr, bytesPtr(wasm), C.size_t(len(wasm)), &m))

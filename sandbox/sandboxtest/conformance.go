@@ -49,6 +49,7 @@ func Run(t *testing.T, b sandbox.Backend, opt Options) {
 		{"TimeoutKillsDescendants", caseTimeout},
 		{"Files", caseFiles},
 		{"BadInput", caseBadInput},
+		{"NotStarted", caseNotStarted},
 		{"EgressUnenforceable", caseEgress},
 		{"DestroyIdempotent", caseDestroyTwice},
 	}
@@ -188,6 +189,24 @@ func caseBadInput(t *testing.T, h *harness) {
 		_, err := h.run(t, inv)
 		if !errors.Is(err, sandbox.BadInput) {
 			t.Errorf("%s: err %v, want bad-input", name, err)
+		}
+	}
+}
+
+// caseNotStarted: a program that cannot start ends as a shell's command
+// would, exit 127 with one line on stderr, on every backend
+// (sandbox.NotStarted); it is neither bad input nor a backend failure.
+func caseNotStarted(t *testing.T, h *harness) {
+	for argv0, want := range map[string]string{
+		"/no/such/program": "wovyr: fork/exec /no/such/program: no such file or directory\n",
+		"no-such-tool":     "wovyr: no-such-tool: command not found\n",
+		"./not-a-program":  "wovyr: fork/exec ./not-a-program: permission denied\n",
+	} {
+		inv := h.inv(argv0)
+		inv.Workload.Files = []sandbox.File{{Path: "not-a-program", Data: []byte("data\n")}}
+		res, err := h.run(t, inv)
+		if err != nil || res.Class != sandbox.OK || res.ExitCode != sandbox.ExitNotStarted || string(res.Stderr) != want || len(res.Stdout) != 0 || res.Error != "" {
+			t.Errorf("%s: result %+v err %v, want class ok, exit 127, stderr %q", argv0, res, err, want)
 		}
 	}
 }
