@@ -12,7 +12,6 @@ import (
 	"github.com/wovyr/wovyr/backend/native"
 	"github.com/wovyr/wovyr/backend/oci"
 	"github.com/wovyr/wovyr/backend/wasm"
-	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/manager"
 	"github.com/wovyr/wovyr/probecache"
@@ -146,12 +145,12 @@ func (n *node) withStore(fn func(*store.Store) error) error {
 
 // readState reads the certifications and the stored probe answers in one
 // opening of the store.
-func (n *node) readState() (cert.Set, *storedProbes, error) {
-	var set cert.Set
+func (n *node) readState() (*store.CertSnapshot, *storedProbes, error) {
+	var set *store.CertSnapshot
 	var recs []probecache.Record
 	err := n.withStore(func(s *store.Store) error {
 		var err error
-		if set, err = s.Certs(); err != nil {
+		if set, err = s.CertSnapshot(); err != nil {
 			return fmt.Errorf("read certifications: %w", err)
 		}
 		if recs, err = s.Probes(); err != nil {
