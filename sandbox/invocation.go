@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"path"
-	"regexp"
 	"strings"
 	"time"
 
@@ -133,11 +132,26 @@ type Policy struct {
 	Residency  string           `json:"residency,omitempty"`  // region constraint (later)
 }
 
-var tenantRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+// tenantRE is the form of tenant names and invocation ids, for messages;
+// ValidTenant checks it by hand (compiling the bounded repetition cost
+// every process 0.2 ms at start-up).
+const tenantRE = `^[a-z0-9][a-z0-9_-]{0,62}$`
 
-// ValidTenant reports whether name is a usable tenant name. Tenant names end
-// up in cgroup paths, file names and nft table names, so they are restricted.
-func ValidTenant(name string) bool { return tenantRE.MatchString(name) }
+// ValidTenant reports whether name is a usable tenant name (tenantRE).
+// Tenant names end up in cgroup paths, file names and nft table names, so
+// they are restricted.
+func ValidTenant(name string) bool {
+	if len(name) == 0 || len(name) > 63 {
+		return false
+	}
+	for i := range len(name) {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || i > 0 && (c == '_' || c == '-')) {
+			return false
+		}
+	}
+	return true
+}
 
 // Validate checks inv without side effects. It returns a BadInput *Error that
 // names the offending field.
@@ -145,7 +159,7 @@ func (inv *Invocation) Validate() error {
 	if !ValidTenant(inv.Tenant) {
 		return Errorf(BadInput, "tenant", "tenant %q must match %s", inv.Tenant, tenantRE)
 	}
-	if inv.ID != "" && !tenantRE.MatchString(inv.ID) {
+	if inv.ID != "" && !ValidTenant(inv.ID) {
 		return Errorf(BadInput, "id", "invocation id %q must match %s", inv.ID, tenantRE)
 	}
 	if err := inv.Workload.validate(); err != nil {

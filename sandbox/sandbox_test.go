@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -164,6 +165,33 @@ func TestPublicLeavesOutHostDetail(t *testing.T) {
 	} {
 		if got := Public(c.err); got != c.want {
 			t.Errorf("Public(%v) = %q, want %q", c.err, got, c.want)
+		}
+	}
+}
+
+// TestValidTenantIsTheRegexp: the hand-written check accepts exactly what
+// tenantRE describes, over every short string of the interesting bytes
+// and the length bounds.
+func TestValidTenantIsTheRegexp(t *testing.T) {
+	re := regexp.MustCompile(tenantRE)
+	alphabet := []byte("az09_-A.é/ ")
+	var walk func(prefix []byte)
+	walk = func(prefix []byte) {
+		if got, want := ValidTenant(string(prefix)), re.MatchString(string(prefix)); got != want {
+			t.Fatalf("ValidTenant(%q) = %v, the regexp says %v", prefix, got, want)
+		}
+		if len(prefix) == 3 {
+			return
+		}
+		for _, c := range alphabet {
+			walk(append(prefix, c))
+		}
+	}
+	walk(nil)
+	for _, n := range []int{62, 63, 64, 100} {
+		s := strings.Repeat("a", n)
+		if ValidTenant(s) != re.MatchString(s) {
+			t.Fatalf("length %d: ValidTenant %v", n, ValidTenant(s))
 		}
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"sync"
 )
 
 // Accel is how guest code runs.
@@ -93,13 +94,15 @@ type Spec struct {
 	Limits    Limits
 }
 
-var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+// idRE and portRE are compiled on first use: most wovyr processes start
+// no VM, and compiling the bounded repetitions cost each 0.1 ms at start.
+var idRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`) })
 
 // Validate checks s without side effects.
 func (s *Spec) Validate() error {
 	switch {
-	case !idRE.MatchString(s.ID):
-		return fmt.Errorf("vmm: id %q must match %s", s.ID, idRE)
+	case !idRE().MatchString(s.ID):
+		return fmt.Errorf("vmm: id %q must match %s", s.ID, idRE())
 	case s.Kernel == "":
 		return fmt.Errorf("vmm: a kernel is required")
 	case s.Accel != KVM && s.Accel != TCG:
@@ -110,13 +113,13 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("vmm: memory, pids and cpu limits are required")
 	}
 	for _, d := range s.Disks {
-		if len(d.Serial) > 20 || !idRE.MatchString(d.Serial) {
-			return fmt.Errorf("vmm: disk serial %q must match %s and be at most 20 bytes", d.Serial, idRE)
+		if len(d.Serial) > 20 || !idRE().MatchString(d.Serial) {
+			return fmt.Errorf("vmm: disk serial %q must match %s and be at most 20 bytes", d.Serial, idRE())
 		}
 	}
 	for _, p := range s.Ports {
-		if !portRE.MatchString(p.Name) {
-			return fmt.Errorf("vmm: port %q must match %s", p.Name, portRE)
+		if !portRE().MatchString(p.Name) {
+			return fmt.Errorf("vmm: port %q must match %s", p.Name, portRE())
 		}
 	}
 	if s.NIC != nil {
@@ -143,7 +146,7 @@ func (n *NIC) validate() error {
 	return nil
 }
 
-var portRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{0,62}$`)
+var portRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{0,62}$`) })
 
 // VMM starts machines.
 type VMM interface {
