@@ -2,15 +2,10 @@ package oci
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/wovyr/wovyr/image"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
@@ -47,60 +42,30 @@ func benchBackend(b testing.TB, gvisor, pooled bool) *Backend {
 	return be
 }
 
-// rawBundle writes a bundle equivalent to a sandbox's: the same generated
-// spec over the template itself (read-only, no overlay, no agent).
-func rawBundle(b testing.TB, be *Backend, argv []string) string {
-	// A scratch dir of its own, locked like a sandbox's so that a
-	// concurrent Reconcile (other test runs on this machine) leaves it be.
-	sc := &Sandbox{b: be, dir: filepath.Join(be.run, "sb", newID(be.gvisor))}
-	if err := sc.makeScratch(); err != nil {
-		b.Fatal(err)
-	}
-	dir := sc.dir
-	// Its own uid range too: the raw container must not share one with a
-	// live sandbox of another run.
-	sl, err := acquireSlot(be.cfg.UIDBase, be.cfg.Slots)
+// rawPeer is the raw runtime run of a bundle equivalent to a sandbox's
+// (Peer).
+func rawPeer(b testing.TB, be *Backend, argv []string) *Peer {
+	p, err := be.NewPeer(context.Background(), "busybox", argv)
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := buildSpec(specParams{rootfs: image.RootFS(be.imagesDir(), "busybox"), agent: be.agent,
-		cgroups: "/" + sandboxCgroup(filepath.Base(dir)), ids: sl.ids, limits: sandbox.Limits{}.WithDefaults(), gvisor: be.gvisor})
-	if err != nil {
-		b.Fatal(err)
-	}
-	s.Root.Readonly = true
-	s.Process.Args, s.Process.Cwd = argv, "/"
-	s.Mounts = s.Mounts[:len(s.Mounts)-1] // no agent bind
-	js, _ := json.Marshal(s)
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), js, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(dir); sc.lock.Close(); sl.release() })
-	return dir
+	b.Cleanup(p.Close)
+	return p
 }
 
-// rawRun is "<runtime> run" (through the hybrid wrapper where crun needs it).
-func rawRun(b *testing.B, d *driver, bundle, id string) time.Duration {
-	cmd := d.createCommand(bundle, id)
-	for i, a := range cmd.Args {
-		if a == "create" {
-			cmd.Args[i] = "run"
-		}
-	}
+// rawRun times one run of the peer.
+func rawRun(b *testing.B, p *Peer) time.Duration {
 	start := time.Now()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("raw run: %v: %s", err, out)
+	if err := p.Run(); err != nil {
+		b.Fatalf("raw run: %v", err)
 	}
-	el := time.Since(start)
-	_ = d.run(context.Background(), 10*time.Second, "delete", "--force", id)
-	return el
+	return time.Since(start)
 }
 
 func benchCold(b *testing.B, gvisor bool) {
 	be := benchBackend(b, gvisor, false)
 	ctx := context.Background()
-	d, _ := be.chosen(ctx)
-	bundle := rawBundle(b, be, []string{"/bin/true"})
+	peer := rawPeer(b, be, []string{"/bin/true"})
 	var ours, raw []time.Duration
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
@@ -115,11 +80,11 @@ func benchCold(b *testing.B, gvisor bool) {
 			b.Fatal(err)
 		}
 		ours = append(ours, time.Since(start))
-		raw = append(raw, rawRun(b, d, bundle, fmt.Sprintf("%s-%d", filepath.Base(bundle), i)))
+		raw = append(raw, rawRun(b, peer))
 	}
 	mo, mr := median(ours), median(raw)
 	b.ReportMetric(float64(mo.Microseconds())/1000, "wovyr-ms")
-	b.ReportMetric(float64(mr.Microseconds())/1000, "raw-"+d.name+"-ms")
+	b.ReportMetric(float64(mr.Microseconds())/1000, "raw-"+peer.Runtime()+"-ms")
 	b.ReportMetric(float64(mo)/float64(mr), "ratio")
 }
 

@@ -15,7 +15,8 @@ import (
 // measured interleaved in one run.
 func benchMain(ctx context.Context, g *globals, args []string) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	n := fs.Int("n", 300, "paired rounds per case")
+	n := fs.Int("n", 300, "paired rounds per case (--cli: 20)")
+	cli := fs.Bool("cli", false, "measure whole wovyr processes (run on each backend, backends) against the raw peers' own command lines")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -24,6 +25,19 @@ func benchMain(ctx context.Context, g *globals, args []string) int {
 		return code
 	}
 	defer nd.Close()
+	if *cli {
+		rounds := 20
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "n" {
+				rounds = *n
+			}
+		})
+		if err := cliBench(ctx, g, nd, rounds, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "wovyr: bench --cli:", err)
+			return exitBackendFailure
+		}
+		return 0
+	}
 	rows, err := nativeBench(ctx, nd, *n)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "wovyr: bench:", err)

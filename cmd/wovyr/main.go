@@ -26,7 +26,7 @@ func commands() []command {
 	return []command{
 		{"run", "run one invocation", runMain},
 		{"serve", "run the daemon: HTTP API with tenants, durable records, metrics", serveMain},
-		{"backends", "show each backend: strength, availability, certification", backendsMain},
+		{"backends", "show each backend: strength, availability, certification, and how old its probe is (--probe: probe now)", backendsMain},
 		{"certify", "run the escape battery and record certifications", certifyMain},
 		{"bench", "measure wovyr against the raw peers, side by side", benchMain},
 		{"image", "build, import, list and remove root filesystem templates", imageMain},
