@@ -63,9 +63,14 @@ type Config struct {
 	// Pools size the warm sandbox pools, most specific rule first
 	// (backend+template, backend, template, then a rule naming neither).
 	// Empty means one rule for everything: up to Concurrency live
-	// sandboxes per pool, none kept warm while idle, up to 4 warm under
+	// sandboxes per pool, one kept warm while idle, up to 4 warm under
 	// load.
 	Pools []Pool `json:"pools,omitempty"`
+	// WarmTimeout bounds how long start-up waits for every certified
+	// backend's default pool to hold its min_warm sandboxes before the
+	// daemon reports ready anyway (/readyz lists the pools short of it).
+	// Zero means 2m.
+	WarmTimeout Duration `json:"warm_timeout,omitempty"`
 	// Egress turns on allowlisted egress for the native backend: a
 	// per-sandbox network slot, DNS stub and checking proxy (package
 	// egress). Off, every sandbox has no network at all and allowlists are
@@ -148,6 +153,9 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.PurgeEvery == 0 {
 		c.PurgeEvery = Duration(10 * time.Minute)
 	}
+	if c.WarmTimeout == 0 {
+		c.WarmTimeout = Duration(2 * time.Minute)
+	}
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = Duration(10 * time.Second)
 	}
@@ -163,7 +171,7 @@ func (c Config) WithDefaults() (Config, error) {
 	c.Egress.Uplinks = slices.Clone(c.Egress.Uplinks)
 	c.Pools = slices.Clone(c.Pools)
 	if len(c.Pools) == 0 {
-		c.Pools = []Pool{{MaxWarm: min(4, c.Concurrency)}}
+		c.Pools = []Pool{{MinWarm: 1, MaxWarm: min(4, c.Concurrency)}}
 	}
 	for i := range c.Pools {
 		if c.Pools[i].MaxLive == 0 {
@@ -197,7 +205,7 @@ func (c Config) validate() error {
 	switch {
 	case c.MaxBodyBytes < 1024:
 		return bad("max_body_bytes", "must be at least 1024")
-	case c.MaxWait < 0 || c.Retention < 0 || c.PurgeEvery <= 0 || c.ShutdownGrace < 0:
+	case c.MaxWait < 0 || c.Retention < 0 || c.PurgeEvery <= 0 || c.ShutdownGrace < 0 || c.WarmTimeout < 0:
 		return bad("max_wait", "durations must not be negative")
 	case c.Concurrency < 0:
 		return bad("concurrency", "must not be negative")

@@ -52,9 +52,10 @@ type GroupConfig struct {
 // Group is the server's set of pools, one per key. It is safe for
 // concurrent use.
 type Group struct {
-	cfg   GroupConfig
-	mu    sync.RWMutex
-	pools map[Key]*Pool
+	cfg     GroupConfig
+	mu      sync.RWMutex
+	pools   map[Key]*Pool
+	running sync.WaitGroup // reconciles started by ReconcileAsync
 }
 
 // NewGroup validates the sizing rules and returns an empty group.
@@ -94,6 +95,9 @@ func (g *Group) Add(key Key, factory Factory) (*Pool, error) {
 	g.pools[key] = p
 	return p, nil
 }
+
+// SizeOf returns the sizing rule that applies to key.
+func (g *Group) SizeOf(key Key) (Sizing, bool) { return SizeFor(g.cfg.Sizes, key) }
 
 // Get returns the pool for key.
 func (g *Group) Get(key Key) (*Pool, bool) {
@@ -138,6 +142,25 @@ func (g *Group) Reconcile(ctx context.Context, now time.Time) error {
 	return errors.Join(errs...)
 }
 
+// ReconcileAsync starts Reconcile at now on every pool whose previous one
+// has finished and returns at once, so that one pool's slow create (a VM
+// boot: seconds under TCG) never holds back another pool's refill. onErr,
+// if not nil, receives each failed pool's error (a pool closed meanwhile is
+// not one). Close waits for the reconciles this started.
+func (g *Group) ReconcileAsync(ctx context.Context, now time.Time, onErr func(Key, error)) {
+	for _, p := range g.list() {
+		if !p.busy.CompareAndSwap(false, true) {
+			continue
+		}
+		g.running.Go(func() {
+			defer p.busy.Store(false)
+			if err := p.Reconcile(ctx, now); err != nil && !errors.Is(err, ErrClosed) && onErr != nil {
+				onErr(p.cfg.Key, err)
+			}
+		})
+	}
+}
+
 // Snapshots returns every pool's metrics, in key order.
 func (g *Group) Snapshots() []Snapshot {
 	ps := g.list()
@@ -158,5 +181,8 @@ func (g *Group) Close(ctx context.Context) error {
 	for _, p := range ps {
 		errs = append(errs, p.Close(ctx))
 	}
+	// A reconcile still creating hands what it makes to a closed pool,
+	// which destroys it; wait for that, so nothing outlives Close.
+	g.running.Wait()
 	return errors.Join(errs...)
 }

@@ -3,7 +3,9 @@ package pool
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/wovyr/wovyr/autoscale"
 	"github.com/wovyr/wovyr/sandbox"
@@ -96,5 +98,57 @@ func TestKeyFor(t *testing.T) {
 	}
 	if s := (Key{Backend: "wasm", Template: "t", Shape: "s", Region: "eu"}).String(); s != "wasm/t/s@eu" {
 		t.Fatalf("String: %q", s)
+	}
+}
+
+// TestReconcileAsyncSlowPoolHoldsNoOneBack: a pool whose create blocks (a
+// VM booting) neither delays another pool's refill nor is reconciled twice
+// at once, and Close waits for the blocked create and destroys its sandbox.
+func TestReconcileAsyncSlowPoolHoldsNoOneBack(t *testing.T) {
+	g, err := NewGroup(GroupConfig{Sizes: []Sizing{{MaxLive: 4, Autoscale: autoscale.Config{Min: 1, Max: 2}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := &fakes{block: make(chan struct{}), deaf: true}
+	fast := &fakes{}
+	if _, err := g.Add(Key{Backend: "microvm"}, slow.factory); err != nil {
+		t.Fatal(err)
+	}
+	fp, err := g.Add(Key{Backend: "native"}, fast.factory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed atomic.Int64
+	onErr := func(k Key, err error) { failed.Add(1); t.Logf("%s: %v", k, err) }
+	g.ReconcileAsync(context.Background(), t0, onErr)
+	deadline := time.Now().Add(5 * time.Second)
+	for fp.Snapshot().Warm < 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if w := fp.Snapshot().Warm; w != 1 {
+		t.Fatalf("fast pool has %d warm while the slow one is creating; want 1", w)
+	}
+	for range 5 {
+		g.ReconcileAsync(context.Background(), t0.Add(time.Second), onErr)
+	}
+	if c := slow.calls.Load(); c != 1 {
+		t.Fatalf("slow pool's factory called %d times; want 1 (its reconcile is still running)", c)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- g.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a create was in flight", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(slow.block)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if live, _, _ := slow.snapshot(); live != 0 {
+		t.Fatalf("%d slow sandboxes live after Close", live)
+	}
+	if failed.Load() != 0 {
+		t.Fatalf("%d reconcile errors", failed.Load())
 	}
 }

@@ -92,7 +92,8 @@ type Pool struct {
 	misses      atomic.Int64 // since the last Reconcile
 	streak      atomic.Int64 // consecutive create failures
 
-	rec     sync.Mutex // serialises Reconcile
+	rec     sync.Mutex  // serialises Reconcile
+	busy    atomic.Bool // a Reconcile started by Group.ReconcileAsync runs
 	state   autoscale.State
 	target  atomic.Int64
 	breaker atomic.Int64

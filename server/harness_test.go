@@ -139,6 +139,20 @@ func newHarness(t testing.TB, cfg config.Config, dir string) *harness {
 // made by extra from the state dir (nil: none).
 func newHarnessWith(t testing.TB, cfg config.Config, dir string, extra func(dir string, st *store.Store) []sandbox.Backend) *harness {
 	t.Helper()
+	h := startHarness(t, cfg, dir, extra)
+	h.waitReady()
+	return h
+}
+
+// newHarnessNoWait is newHarnessWith(testConfig(), "", extra) without
+// waiting for /readyz.
+func newHarnessNoWait(t testing.TB, extra func(dir string, st *store.Store) []sandbox.Backend) *harness {
+	t.Helper()
+	return startHarness(t, testConfig(), "", extra)
+}
+
+func startHarness(t testing.TB, cfg config.Config, dir string, extra func(dir string, st *store.Store) []sandbox.Backend) *harness {
+	t.Helper()
 	if dir == "" {
 		dir = stateDir(t)
 	}
@@ -200,7 +214,6 @@ func newHarnessWith(t testing.TB, cfg config.Config, dir string, extra func(dir 
 		})
 	}
 	t.Cleanup(h.stop)
-	h.waitReady()
 	return h
 }
 

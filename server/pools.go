@@ -25,26 +25,36 @@ func newPools(cfg config.Config, s *Server) (*pool.Group, error) {
 	return pool.NewGroup(pool.GroupConfig{Sizes: sizes, Logger: s.log})
 }
 
-// acquire leases a sandbox for inv on b from the pool of (b, template),
-// creating that pool on first use with the manager's factory: the manager
-// stays the only path to Backend.Prepare.
+// acquire leases a sandbox for inv on b from the pool of (b, template).
 func (s *Server) acquire(ctx context.Context, b sandbox.Backend, inv *sandbox.Invocation) (*pool.Lease, error) {
-	tmpl := manager.TemplateFor(inv)
-	key := pool.KeyFor(b.Name(), tmpl)
-	p, ok := s.pools.Get(key)
-	if !ok {
-		var err error
-		if p, err = s.pools.Add(key, s.mgr.Factory(b, tmpl)); err != nil {
-			// Lost a race with another first use: take the winner's.
-			if p, ok = s.pools.Get(key); !ok {
-				return nil, err
-			}
-		}
+	p, err := s.poolFor(b, manager.TemplateFor(inv))
+	if err != nil {
+		return nil, err
 	}
 	return p.Acquire(ctx)
 }
 
+// poolFor returns the pool of (b, tmpl), creating it on first use with the
+// manager's factory: the manager stays the only path to Backend.Prepare.
+func (s *Server) poolFor(b sandbox.Backend, tmpl sandbox.Template) (*pool.Pool, error) {
+	key := pool.KeyFor(b.Name(), tmpl)
+	if p, ok := s.pools.Get(key); ok {
+		return p, nil
+	}
+	p, err := s.pools.Add(key, s.mgr.Factory(b, tmpl))
+	if err != nil {
+		// Lost a race with another first use: take the winner's.
+		if p, ok := s.pools.Get(key); ok {
+			return p, nil
+		}
+		return nil, err
+	}
+	return p, nil
+}
+
 // poolLoop drives the pools' autoscaling until ctx ends, then closes them.
+// Each pool reconciles on its own (pool.Group.ReconcileAsync): a microVM
+// pool booting a VM for seconds holds back no other pool's refill.
 func (s *Server) poolLoop(ctx context.Context) {
 	t := time.NewTicker(reconcileEvery)
 	defer t.Stop()
@@ -56,9 +66,11 @@ func (s *Server) poolLoop(ctx context.Context) {
 			}
 			return
 		case now := <-t.C:
-			if err := s.pools.Reconcile(ctx, now); err != nil && ctx.Err() == nil {
-				s.log.Warn("pool reconcile", "error", err)
-			}
+			s.pools.ReconcileAsync(ctx, now, func(k pool.Key, err error) {
+				if ctx.Err() == nil {
+					s.log.Warn("pool reconcile", "pool", k.String(), "error", err)
+				}
+			})
 		}
 	}
 }

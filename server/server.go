@@ -78,6 +78,7 @@ type Server struct {
 	base     context.Context
 	stopBase context.CancelFunc
 	ready    atomic.Bool
+	warm     []warmTarget // the default pools start-up fills (set before serving)
 	closing  atomic.Bool
 	wg       sync.WaitGroup // invocation goroutines
 
@@ -164,11 +165,15 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		s.log.Error("recover incomplete", "error", err)
 	}
 	// Probe every backend before ready: the manager caches probes, and a
-	// burst of first submissions would otherwise each probe at once.
-	for _, st := range s.mgr.Detect(ctx, true) {
+	// burst of first submissions would otherwise each probe at once. With
+	// a probe cache (manager.Config.Probes) a restart adopts the answers
+	// it stored while nothing they depend on changed (ADR 0013).
+	sts := s.mgr.Detect(ctx, false)
+	for _, st := range sts {
 		s.log.Info("backend", "name", st.Name, "available", st.Capability.Available, "reason", st.Capability.Reason,
-			"certified", st.Certified, "cert_reason", st.CertReason)
+			"certified", st.Certified, "cert_reason", st.CertReason, "probed_at", st.ProbedAt, "cached", st.Cached)
 	}
+	s.warm = s.prewarm(sts)
 	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	purgeDone, poolsDone := make(chan struct{}), make(chan struct{})
@@ -176,6 +181,10 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	go func() { defer close(poolsDone); s.poolLoop(s.base) }()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
+	// Ready once the default pools hold their minimum, so that the first
+	// request of a fresh daemon is a warm claim; /readyz says what is
+	// still warming meanwhile.
+	s.awaitWarm(ctx, s.warm)
 	s.ready.Store(true)
 	s.log.Info("serving", "addr", ln.Addr().String(), "tenants", len(s.tenants), "concurrency", s.cfg.Concurrency)
 
@@ -271,16 +280,25 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	route("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !s.ready.Load() {
+		switch {
+		case !s.ready.Load() && len(s.warm) > 0 && !s.closing.Load():
+			s.writeError(w, s.warmingError())
+		case !s.ready.Load():
 			s.writeError(w, Unavailable)
-			return
+		default:
+			writeJSON(w, http.StatusOK, readiness{Status: "ready", Pools: s.warmth(true)})
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	route("/", s.authed(false, func(w http.ResponseWriter, r *http.Request, _ *tenant) {
 		s.writeError(w, fmt.Errorf("%w: no route %s %s", NotFound, r.Method, r.URL.Path))
 	}))
 	return mux
+}
+
+// readiness is /readyz's body when ready: the default pools' fill.
+type readiness struct {
+	Status string       `json:"status"`
+	Pools  []PoolWarmth `json:"pools,omitempty"`
 }
 
 // statusWriter records the status for the request counter.

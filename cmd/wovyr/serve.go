@@ -95,7 +95,7 @@ func (c *serveCmd) run(ctx context.Context, g *globals) error {
 		return err
 	}
 	defer n.Close()
-	if n.mgr, err = manager.New(manager.Config{Backends: n.backends, Certs: st, Logger: log}); err != nil {
+	if n.mgr, err = manager.New(manager.Config{Backends: n.backends, Certs: st, Probes: st, Logger: log}); err != nil {
 		return err
 	}
 	fair, err := server.NewFair(cfg)
