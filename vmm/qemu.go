@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wovyr/wovyr/cgroup"
+	"github.com/wovyr/wovyr/internal/childproc"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
@@ -265,7 +266,8 @@ func (q *QEMU) Start(ctx context.Context, s *Spec) (Machine, error) {
 		}
 		cmd.SysProcAttr.Credential = cred
 	}
-	err = cmd.Start()
+	// Pdeathsig follows the thread that forks QEMU: childproc holds it.
+	child, err := childproc.Start(cmd)
 	closeFiles(files) // QEMU holds its copies now
 	if err != nil {
 		return fail(err, "start "+argv[0])
@@ -273,7 +275,7 @@ func (q *QEMU) Start(ctx context.Context, s *Spec) (Machine, error) {
 	m.cmd = cmd
 	m.started = time.Now()
 	go func() {
-		m.waitErr = cmd.Wait()
+		m.waitErr = child.Wait()
 		close(m.done)
 	}()
 	if cg != nil {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wovyr/wovyr/internal/childproc"
 )
 
 // driver runs one OCI runtime binary. The three runtimes share the CLI shape
@@ -112,17 +114,17 @@ func (d *driver) run(ctx context.Context, timeout time.Duration, args ...string)
 // runBounded starts cmd and waits for it, killing it if ctx ends first.
 func runBounded(ctx context.Context, cmd *exec.Cmd) error {
 	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true, Pdeathsig: unix.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	// Pdeathsig follows the thread that forks: childproc holds it.
+	child, err := childproc.Start(cmd)
+	if err != nil {
 		return err
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	select {
-	case err := <-done:
-		return err
+	case <-child.Done():
+		return child.Wait()
 	case <-ctx.Done():
 		_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
-		<-done
+		child.Wait()
 		return ctx.Err()
 	}
 }

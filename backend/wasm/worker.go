@@ -13,8 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/wovyr/wovyr/internal/childproc"
 	"github.com/wovyr/wovyr/internal/wasmcapi"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -52,33 +51,36 @@ type workerReply struct {
 
 // worker is one long-lived worker process, running one job at a time.
 type worker struct {
-	cmd *exec.Cmd
-	in  io.Closer
-	enc *gob.Encoder
-	dec *gob.Decoder
+	cmd   *exec.Cmd
+	child *childproc.Child
+	in    io.Closer
+	enc   *gob.Encoder
+	dec   *gob.Decoder
 }
 
-// exited reports, without reaping it, whether the worker process has
-// ended: an idle worker killed from outside is a zombie until reaped, and
-// must not be handed a job.
+// exited reports whether the worker process has ended: an idle worker
+// killed from outside must not be handed a job.
 func (w *worker) exited() bool {
-	var info unix.Siginfo
-	err := unix.Waitid(unix.P_PID, w.cmd.Process.Pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
-	return err != nil || info.Signo == int32(unix.SIGCHLD)
+	select {
+	case <-w.child.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // kill ends the process and reaps it.
 func (w *worker) kill() {
 	_ = w.cmd.Process.Kill()
 	_ = w.in.Close()
-	_ = w.cmd.Wait()
+	_ = w.child.Wait()
 }
 
 // stop asks the process to exit (end of input), killing it if it lingers.
 func (w *worker) stop() {
 	_ = w.in.Close()
 	t := time.AfterFunc(5*time.Second, func() { _ = w.cmd.Process.Kill() })
-	_ = w.cmd.Wait()
+	_ = w.child.Wait()
 	t.Stop()
 }
 
@@ -104,24 +106,9 @@ func newWorkers(cfg Config) *workers {
 	}
 }
 
-// spawn starts a worker from a fresh goroutine: Pdeathsig fires when the
-// starting thread exits, and only a thread locked by its goroutine
-// (LockOSThread, as a caller might hold) ever exits.
+// spawn starts a worker. Its Pdeathsig follows the thread that forks it,
+// which childproc holds for the worker's life.
 func (p *workers) spawn() (*worker, error) {
-	type started struct {
-		w   *worker
-		err error
-	}
-	ch := make(chan started, 1)
-	go func() {
-		w, err := p.start()
-		ch <- started{w, err}
-	}()
-	s := <-ch
-	return s.w, s.err
-}
-
-func (p *workers) start() (*worker, error) {
 	cmd := exec.Command(p.argv[0], p.argv[1:]...)
 	cmd.Env = append(os.Environ(), WorkerEnv+"="+p.init.StateDir)
 	// A worker dies with its parent: Pdeathsig, and end of input besides.
@@ -134,10 +121,11 @@ func (p *workers) start() (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	child, err := childproc.Start(cmd)
+	if err != nil {
 		return nil, err
 	}
-	w := &worker{cmd: cmd, in: in, enc: gob.NewEncoder(in), dec: gob.NewDecoder(out)}
+	w := &worker{cmd: cmd, child: child, in: in, enc: gob.NewEncoder(in), dec: gob.NewDecoder(out)}
 	var r workerReply
 	if err := w.enc.Encode(&p.init); err == nil {
 		err = w.dec.Decode(&r)
