@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"time"
 
 	"github.com/wovyr/wovyr/benchmark"
 	"github.com/wovyr/wovyr/sandbox"
@@ -17,6 +18,10 @@ func benchMain(ctx context.Context, g *globals, args []string) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	n := fs.Int("n", 300, "paired rounds per case (--cli: 20)")
 	cli := fs.Bool("cli", false, "measure whole wovyr processes (run on each backend, backends) against the raw peers' own command lines")
+	httpPath := fs.Bool("http", false, "measure the daemon path (wovyr serve as a process, one request per round) against the in-process warm claim of each certified backend (-n default 20)")
+	rate := fs.Float64("rate", 0, "with --http: then send this many requests per second to each backend")
+	dur := fs.Duration("duration", 60*time.Second, "with --http --rate: for this long per backend")
+	only := fs.String("backend", "", "with --http: this backend only")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -25,13 +30,21 @@ func benchMain(ctx context.Context, g *globals, args []string) int {
 		return code
 	}
 	defer nd.Close()
+	rounds := 20
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "n" {
+			rounds = *n
+		}
+	})
+	if *httpPath {
+		nd.Close() // the daemon and the pooled node below hold what they need
+		if err := httpBench(ctx, g, *only, rounds, *rate, *dur, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "wovyr: bench --http:", err)
+			return exitBackendFailure
+		}
+		return 0
+	}
 	if *cli {
-		rounds := 20
-		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "n" {
-				rounds = *n
-			}
-		})
 		if err := cliBench(ctx, g, nd, rounds, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "wovyr: bench --cli:", err)
 			return exitBackendFailure
