@@ -256,6 +256,9 @@ func TestEndToEnd(t *testing.T) {
 			`wovyr_invocations_total{backend="native",class="killed",outcome="done"} 1`,
 			`wovyr_phase_seconds_bucket{backend="native",phase="run"`,
 			`wovyr_phase_seconds_count{backend="native",phase="queue"}`,
+			`wovyr_phase_seconds_count{backend="native",phase="accept"}`,
+			`wovyr_phase_seconds_count{backend="native",phase="commit"}`,
+			`wovyr_phase_seconds_count{backend="native",phase="respond"}`,
 			"wovyr_queue_depth 0",
 		} {
 			if resp.StatusCode != 200 || !bytes.Contains(body, []byte(want)) {

@@ -16,6 +16,7 @@ import (
 
 // handleSubmit is POST /v1/invocations[?wait=DURATION].
 func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, t *tenant) {
+	received := time.Now()
 	if ok, after := t.rate.take(time.Now()); !ok {
 		s.writeError(w, retryAfter(sandbox.Errorf(RateLimited, "", "tenant %s is over its submission rate (%.4g/s)", t.cfg.Name, t.cfg.Rate), after))
 		return
@@ -45,10 +46,12 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, t *tenant)
 		s.writeError(w, err)
 		return
 	}
-	if _, err := s.submit(r.Context(), t, inv); err != nil {
+	j, err := s.submit(r.Context(), t, inv, received)
+	if err != nil {
 		s.writeError(w, err)
 		return
 	}
+	s.met.phase(j.backend.Name(), "accept", time.Since(received))
 	rec, err := s.waitDone(r.Context(), inv.ID, wait)
 	if err != nil {
 		s.writeError(w, sandbox.Wrap(sandbox.BackendFailure, err, "read record"))
@@ -58,6 +61,10 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, t *tenant)
 	status := http.StatusAccepted
 	if rec.State.Terminal() {
 		status = http.StatusOK
+		// From the terminal record's commit to the response written.
+		if at := j.recorded.Load(); at != 0 {
+			defer func() { s.met.phase(j.backend.Name(), "respond", time.Since(time.Unix(0, at))) }()
+		}
 	}
 	writeJSON(w, status, wire(rec))
 }

@@ -22,7 +22,10 @@ type job struct {
 	inv      *sandbox.Invocation
 	backend  sandbox.Backend
 	ticket   Ticket
-	accepted time.Time
+	received time.Time     // the request arrived (zero: not through the API)
+	accepted time.Time     // selected, admitted and recorded
+	record   time.Duration // the queued record's commit, within accept
+	recorded atomic.Int64  // UnixNano when the terminal record was committed
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	started  atomic.Bool // admitted and marked running
@@ -32,7 +35,7 @@ type job struct {
 // submit is the admission half of the pipeline: select (floor-unmet is a
 // 409 before anything is recorded), admit, record as queued, and start the
 // invocation's goroutine. inv is validated and carries its tenant and id.
-func (s *Server) submit(ctx context.Context, t *tenant, inv *sandbox.Invocation) (*job, error) {
+func (s *Server) submit(ctx context.Context, t *tenant, inv *sandbox.Invocation, received time.Time) (*job, error) {
 	if s.closing.Load() {
 		return nil, sandbox.Errorf(Unavailable, "", "the daemon is shutting down")
 	}
@@ -44,11 +47,12 @@ func (s *Server) submit(ctx context.Context, t *tenant, inv *sandbox.Invocation)
 	if err := s.adm.Admit(tk); err != nil {
 		return nil, err
 	}
-	j := &job{inv: inv, backend: b, ticket: tk, accepted: time.Now(), done: make(chan struct{})}
+	j := &job{inv: inv, backend: b, ticket: tk, received: received, accepted: time.Now(), done: make(chan struct{})}
 	if err := s.store.Begin(inv, store.Queued, j.accepted); err != nil {
 		s.adm.Done(tk)
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "record invocation")
 	}
+	j.record = time.Since(j.accepted)
 	j.ctx, j.cancel = context.WithCancelCause(s.base)
 	s.mu.Lock()
 	s.jobs[inv.ID] = j
@@ -132,6 +136,9 @@ func (s *Server) finish(j *job, st store.State, res *sandbox.Result, runErr erro
 		// still never silent.
 		s.log.Error("record result", "id", inv.ID, "tenant", inv.Tenant, "error", err)
 	}
+	commit := time.Since(now)
+	s.met.phase(b, "commit", commit)
+	j.recorded.Store(time.Now().UnixNano())
 	s.note.notify(inv.ID)
 	class := string(res.Class)
 	if class == "" {
@@ -141,7 +148,10 @@ func (s *Server) finish(j *job, st store.State, res *sandbox.Result, runErr erro
 	total := now.Sub(j.accepted)
 	s.met.phase(b, "total", total)
 	attrs := []any{"id", inv.ID, "tenant", inv.Tenant, "backend", b, "state", st, "class", class,
-		"exit_code", res.ExitCode, "total_ms", ms(total)}
+		"exit_code", res.ExitCode, "total_ms", ms(total), "record_ms", ms(j.record), "commit_ms", ms(commit)}
+	if !j.received.IsZero() {
+		attrs = append(attrs, "accept_ms", ms(j.accepted.Sub(j.received)+j.record))
+	}
 	if !admitted.IsZero() {
 		attrs = append(attrs, "queue_ms", ms(admitted.Sub(j.accepted)))
 	}
