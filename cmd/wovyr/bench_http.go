@@ -108,6 +108,18 @@ func httpBench(ctx context.Context, g *globals, only string, n int, rate float64
 		fmt.Fprintf(tw, "| %s\t| %+.2f ms |\n", r.Name, float64(r.Subject-r.Peer)/float64(time.Millisecond))
 	}
 	tw.Flush()
+	if len(rows) > 0 {
+		fmt.Fprintln(out)
+		var names []string
+		for _, st := range sts {
+			if only == "" || st.Name == only {
+				names = append(names, st.Name)
+			}
+		}
+		if err := d.printPhases(out, names); err != nil {
+			return err
+		}
+	}
 	if len(steady) > 0 {
 		fmt.Fprintln(out)
 		printSteady(out, steady, rate, dur)
