@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -97,7 +98,7 @@ func cliBench(ctx context.Context, g *globals, nd *node, n int, out io.Writer) e
 	fmt.Fprintln(tw, "| case\t| wovyr peak RSS p50\t| max |")
 	fmt.Fprintln(tw, "|---\t|---\t|--- |")
 	for _, c := range cases {
-		fmt.Fprintf(tw, "| %s\t| %.1f MiB\t| %.1f MiB |\n", c.pair.Name, float64(median64(c.rss))/1024, float64(slices.Max(c.rss))/1024)
+		fmt.Fprintf(tw, "| %s\t| %.1f MiB\t| %.1f MiB |\n", c.pair.Name, float64(median(c.rss))/1024, float64(slices.Max(c.rss))/1024)
 	}
 	return tw.Flush()
 }
@@ -127,9 +128,11 @@ func runProcess(argv []string, rss *[]int64) error {
 	return nil
 }
 
-func median64(v []int64) int64 {
+// median is the upper median of v, zero for none.
+func median[T cmp.Ordered](v []T) T {
+	var zero T
 	if len(v) == 0 {
-		return 0
+		return zero
 	}
 	s := slices.Clone(v)
 	slices.Sort(s)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"text/tabwriter"
 )
 
@@ -55,18 +54,9 @@ func (d *benchDaemon) printPhases(out io.Writer, backends []string) error {
 	for _, b := range backends {
 		fmt.Fprintf(tw, "| %s (n=%d)", b, len(samples[b]["total_ms"]))
 		for _, p := range phaseNames {
-			fmt.Fprintf(tw, "\t| %.2f", medianFloat(samples[b][p]))
+			fmt.Fprintf(tw, "\t| %.2f", median(samples[b][p]))
 		}
 		fmt.Fprintln(tw, " |")
 	}
 	return tw.Flush()
-}
-
-func medianFloat(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
