@@ -13,8 +13,8 @@ import (
 
 // In-sandbox paths.
 const (
-	agentPath = "/.wovyr/agent" // the read-only bind of wovyr-guest
-	workDir   = "/workspace"    // the job's working directory
+	agentPath = "/.wovyr/agent"      // the read-only bind of wovyr-guest
+	workDir   = sandbox.WorkspaceDir // the job's working directory
 	guestPATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 
@@ -53,7 +53,7 @@ func buildSpec(p specParams) (*specs.Spec, error) {
 	nofile := uint64(p.limits.NoFile)
 	s := &specs.Spec{
 		Version:  ociVersion,
-		Hostname: "wovyr",
+		Hostname: sandbox.Hostname,
 		Root:     &specs.Root{Path: p.rootfs},
 		Process: &specs.Process{
 			User: specs.User{UID: 0, GID: 0},
