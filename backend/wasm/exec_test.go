@@ -117,7 +117,7 @@ func TestRunnerLinksStatically(t *testing.T) {
 	}
 	f.Close()
 	os.WriteFile(filepath.Join(dir, "root", "g.wasm"), guest(t, "goguest"), 0o644)
-	cmd := exec.Command("chroot", filepath.Join(dir, "root"), "/wasm-exec", "-state", "/state", "-work", "/workspace", "/g.wasm", "--", "write", "/workspace/out", "static")
+	cmd := exec.Command("chroot", filepath.Join(dir, "root"), "/wasm-exec", "-state", "/state", "-work", "/work", "/g.wasm", "--", "write", "/workspace/out", "static")
 	cmd.Env = []string{}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("run in an empty chroot: %v\n%s", err, out)
