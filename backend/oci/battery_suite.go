@@ -313,7 +313,7 @@ func probeHostLimits(ctx context.Context, t battery.Target) battery.Observation 
 	}
 	inside := strings.Fields(string(res.Stdout))
 	obs.Observed = fmt.Sprintf("cgroup %s memory=%s pids.max=%s; inside nofile/fsize-blocks/core=%v", s.tenant.Path(), mem, pids, inside)
-	obs.Secure = mem == fmt.Sprint(96<<20) && pids == fmt.Sprint(pidsBudget(40, s.b.gvisor)) &&
+	obs.Secure = mem == fmt.Sprint(memoryBudget(96<<20, s.b.gvisor)) && pids == fmt.Sprint(pidsBudget(40, s.b.gvisor)) &&
 		slices.Equal(inside, []string{"99", "16384", "0"})
 	return obs
 }

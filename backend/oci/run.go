@@ -268,7 +268,7 @@ func (s *Sandbox) claimMoving(inv *sandbox.Invocation, lim sandbox.Limits) error
 	s.mu.Lock()
 	s.tenant = g
 	s.mu.Unlock()
-	if err := setLimits(g, cgroup.Limits{Memory: lim.Memory, Pids: pidsBudget(lim.Pids, s.b.gvisor), CPUMillis: inv.Resources.CPUMillis}); err != nil {
+	if err := setLimits(g, cgroup.Limits{Memory: memoryBudget(lim.Memory, s.b.gvisor), Pids: pidsBudget(lim.Pids, s.b.gvisor), CPUMillis: inv.Resources.CPUMillis}); err != nil {
 		return err
 	}
 	s.leaf = g
@@ -308,7 +308,7 @@ func (s *Sandbox) exceedsTemplate(lim sandbox.Limits) bool {
 // writeLimits makes the sandbox's cgroup enforce lim and cpuMillis, writing
 // nothing when it already does (Prepare wrote the template's).
 func (s *Sandbox) writeLimits(lim sandbox.Limits, cpuMillis int64) error {
-	cl := cgroup.Limits{Memory: lim.Memory, Pids: pidsBudget(lim.Pids, s.b.gvisor), CPUMillis: cpuMillis}
+	cl := cgroup.Limits{Memory: memoryBudget(lim.Memory, s.b.gvisor), Pids: pidsBudget(lim.Pids, s.b.gvisor), CPUMillis: cpuMillis}
 	if cl == s.written {
 		return nil
 	}
