@@ -160,6 +160,13 @@ func (c *runCmd) execute(ctx context.Context, n *node, inv *sandbox.Invocation) 
 	if err != nil {
 		return nil, err
 	}
+	// An image the selected backend cannot run is bad input, refused
+	// before anything is recorded (as the daemon does at submit).
+	if ic, ok := b.(sandbox.ImageChecker); ok && inv.Workload.Kind == sandbox.KindCommand {
+		if err := ic.CheckImage(inv.Workload.Image); err != nil {
+			return nil, err
+		}
+	}
 	if c.backend != "" && b.Name() != c.backend {
 		cand, _ := n.mgr.Backend(c.backend)
 		why := "not registered on this node"
