@@ -221,6 +221,12 @@ func (c *runCmd) report(res *sandbox.Result) int {
 	if res.Class != sandbox.OK {
 		return classExit(res.Class)
 	}
+	if res.ExitCode < 0 || res.ExitCode > 255 {
+		// No exit status a process can have (issue #25: a -1 became an
+		// undocumented 255): the backend failed to say how the job ended.
+		fmt.Fprintf(os.Stderr, "wovyr: backend-failure: the workload's exit status is unknown (%d)\n", res.ExitCode)
+		return exitBackendFailure
+	}
 	return res.ExitCode
 }
 
