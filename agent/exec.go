@@ -75,31 +75,28 @@ func execute(ctx context.Context, job Job, attr func(*syscall.SysProcAttr)) Repl
 		env = []string{} // nothing inherited
 	}
 	start := time.Now()
-	pid, err := syscall.ForkExec(prog, job.Argv, &syscall.ProcAttr{Dir: job.Dir, Env: env,
-		Files: []uintptr{uintptr(stdinR), uintptr(outW), uintptr(errW)}, Sys: sys})
-	if err != nil {
-		rep.ExitCode, rep.Error = 127, fmt.Sprintf("fork/exec %s: %v", prog, err)
-		return rep
-	}
-	fds.close(stdinR, outW, errW)
-	killGroup := func() { _ = syscall.Kill(-pid, syscall.SIGKILL) }
-	defer killGroup() // whatever the leader did, nothing of the job outlives it
-
 	// The leader's exit closes exitW (the waiter holds its only copy) and
 	// then reaped; ctx closes wakeW.
 	var ws syscall.WaitStatus
 	var ru syscall.Rusage
 	reaped := make(chan struct{})
+	started := make(chan forked, 1)
 	go func() {
 		defer close(reaped)
-		for {
-			_, err := syscall.Wait4(pid, &ws, 0, &ru)
-			if err != syscall.EINTR {
-				break
-			}
-		}
+		forkAndWait(prog, job.Argv, &syscall.ProcAttr{Dir: job.Dir, Env: env,
+			Files: []uintptr{uintptr(stdinR), uintptr(outW), uintptr(errW)}, Sys: sys}, started, &ws, &ru)
 		fds.close(exitW)
 	}()
+	f := <-started
+	if f.err != nil {
+		<-reaped
+		rep.ExitCode, rep.Error = 127, fmt.Sprintf("fork/exec %s: %v", prog, f.err)
+		return rep
+	}
+	pid := f.pid
+	fds.close(stdinR, outW, errW)
+	killGroup := func() { _ = syscall.Kill(-pid, syscall.SIGKILL) }
+	defer killGroup() // whatever the leader did, nothing of the job outlives it
 	stopWake := context.AfterFunc(ctx, func() { fds.close(wakeW) })
 	defer stopWake()
 	if stdinW >= 0 {

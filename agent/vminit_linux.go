@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wovyr/wovyr/sandbox"
 )
 
 // VMInit is PID 1 of a wovyr microVM (wovyr-guest init, the initramfs's
@@ -223,8 +225,15 @@ func enterRoot(rootDev, scratchDev string) error {
 			return fmt.Errorf("mount %s: %w", p, err)
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(merged, "tmp"), 0o1777); err != nil {
+	// /tmp is 1777 whatever the template says: os.MkdirAll cannot set the
+	// sticky bit (Go's FileMode spells it ModeSticky, not 0o1000), and a
+	// template's /tmp may have lost it; a tool expects it as on any Unix.
+	tmp := filepath.Join(merged, "tmp")
+	if err := os.MkdirAll(tmp, 0o777); err != nil {
 		return err
+	}
+	if err := unix.Chmod(tmp, sandbox.TmpMode); err != nil {
+		return fmt.Errorf("chmod /tmp: %w", err)
 	}
 	if err := os.MkdirAll(filepath.Join(merged, GuestWorkDir), 0o755); err != nil {
 		return err
@@ -232,5 +241,19 @@ func enterRoot(rootDev, scratchDev string) error {
 	if err := unix.Chroot(merged); err != nil {
 		return fmt.Errorf("chroot: %w", err)
 	}
-	return os.Chdir("/")
+	if err := os.Chdir("/"); err != nil {
+		return err
+	}
+	return sameEnvironment()
+}
+
+// sameEnvironment gives the VM what a container or gVisor sandbox has
+// from its runtime: the hostname, and loopback up (a tool that starts a
+// local server and talks to it over 127.0.0.1 must work on every tier;
+// with no NIC the VM had lo down and "Network is unreachable").
+func sameEnvironment() error {
+	if err := unix.Sethostname([]byte(sandbox.Hostname)); err != nil {
+		return fmt.Errorf("sethostname: %w", err)
+	}
+	return loopbackUp()
 }

@@ -44,23 +44,13 @@ func configureNet(n VMNet) error {
 	if err != nil {
 		return err
 	}
-	lo, err := net.InterfaceByName("lo")
+	nl, err := openRTNL()
 	if err != nil {
-		return fmt.Errorf("lo: %w", err)
+		return err
 	}
-	s, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
-	if err != nil {
-		return fmt.Errorf("netlink: %w", err)
-	}
-	defer unix.Close(s)
-	if err := unix.Bind(s, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("netlink bind: %w", err)
-	}
-	nl := &rtnl{fd: s}
-	for _, ifc := range []*net.Interface{lo, nic} {
-		if err := nl.linkUp(ifc.Index); err != nil {
-			return fmt.Errorf("%s up: %w", ifc.Name, err)
-		}
+	defer nl.close()
+	if err := nl.linkUp(nic.Index); err != nil {
+		return fmt.Errorf("%s up: %w", nic.Name, err)
 	}
 	if err := nl.addAddr(nic.Index, n); err != nil {
 		return fmt.Errorf("%s address %s: %w", nic.Name, n.Addr, err)
@@ -80,6 +70,38 @@ func configureNet(n VMNet) error {
 
 // waitNIC returns the VM's one non-loopback interface once the driver has
 // registered it.
+// loopbackUp brings lo up; the kernel then gives it 127.0.0.1/8 itself.
+// Every VM does it, with a NIC or without.
+func loopbackUp() error {
+	lo, err := net.InterfaceByName("lo")
+	if err != nil {
+		return fmt.Errorf("lo: %w", err)
+	}
+	nl, err := openRTNL()
+	if err != nil {
+		return err
+	}
+	defer nl.close()
+	if err := nl.linkUp(lo.Index); err != nil {
+		return fmt.Errorf("lo up: %w", err)
+	}
+	return nil
+}
+
+func openRTNL() (*rtnl, error) {
+	s, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	if err := unix.Bind(s, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		unix.Close(s)
+		return nil, fmt.Errorf("netlink bind: %w", err)
+	}
+	return &rtnl{fd: s}, nil
+}
+
+func (r *rtnl) close() { unix.Close(r.fd) }
+
 func waitNIC(limit time.Duration) (*net.Interface, error) {
 	deadline := time.Now().Add(limit)
 	for {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/wovyr/wovyr/sandbox"
 )
 
 // The microVM protocol: what the host and the guest init (wovyr-guest init)
@@ -34,8 +36,9 @@ const (
 	// ReadyMarker is printed on the console by marker mode.
 	ReadyMarker = "WOVYR-GUEST-READY"
 
-	// GuestWorkDir is the job's working directory inside the VM.
-	GuestWorkDir = "/work"
+	// GuestWorkDir is the job's working directory inside the VM: the
+	// same path as on every other tier.
+	GuestWorkDir = sandbox.WorkspaceDir
 )
 
 // VMJob is a Job plus the in-guest limits the guest init applies with a

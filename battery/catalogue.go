@@ -98,4 +98,6 @@ var catalogue = []Row{
 	{90, "FD and process baseline", "all"},
 	{91, "Credentials", "all"},
 	{92, "Block residue", "M"},
+	// Frontier rows (BATTERY.md K), numbered here.
+	{93, "Mount table leak", "C,G"},
 }

@@ -107,3 +107,14 @@ type Resetter interface {
 type NetworkChecker interface {
 	CheckNetwork(p netpolicy.Policy) error
 }
+
+// ImageChecker is implemented by backends that run command workloads in a
+// named root filesystem template. CheckImage says, without side effects,
+// whether name (empty: the backend's default) can run here; if not, a
+// BadInput error naming workload.image. The daemon and `wovyr run` ask it
+// right after Select, so an unknown image is a 400 with nothing recorded
+// or started (issue #25: it was a 200 with a failed record, and the pool
+// for it kept failing to prepare).
+type ImageChecker interface {
+	CheckImage(name string) error
+}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"sync"
 	"time"
 )
@@ -127,4 +128,24 @@ func (s *SharedCapped) Bytes() []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]byte(nil), s.c.Bytes()...)
+}
+
+// The one wording per limit, on every backend (issue #25: each backend
+// worded its timeouts its own way). Detail only the operator needs (how
+// many processes the OOM killer took, whether the sandbox still answered)
+// goes to the log, not into Result.Error.
+
+// WallLimitMessage is Result.Error for a Timeout at the wall-clock limit.
+func WallLimitMessage(wall time.Duration) string {
+	return fmt.Sprintf("wall-clock limit %s reached", wall)
+}
+
+// CPULimitMessage is Result.Error for a Timeout at the CPU-time limit.
+func CPULimitMessage(cpu time.Duration) string {
+	return fmt.Sprintf("CPU time limit %s reached", cpu)
+}
+
+// MemoryLimitMessage is Result.Error for an OOM at the memory limit.
+func MemoryLimitMessage(bytes int64) string {
+	return fmt.Sprintf("memory limit %d bytes reached", bytes)
 }

@@ -43,6 +43,9 @@ func (s *Server) submit(ctx context.Context, t *tenant, inv *sandbox.Invocation,
 	if err != nil {
 		return nil, err
 	}
+	if err := checkImage(b, inv); err != nil {
+		return nil, err
+	}
 	tk := Ticket{ID: inv.ID, Tenant: t.cfg.Name, Weight: t.cfg.Weight, Backend: b.Name(), Resources: inv.Resources}
 	if err := s.adm.Admit(tk); err != nil {
 		return nil, err
@@ -251,4 +254,13 @@ func (n *notifier) notify(id string) {
 		close(ch)
 		delete(n.chans, id)
 	}
+}
+
+// checkImage refuses, at submit, a command workload whose image backend b
+// cannot run: bad input, answered 400 with nothing recorded or started.
+func checkImage(b sandbox.Backend, inv *sandbox.Invocation) error {
+	if ic, ok := b.(sandbox.ImageChecker); ok && inv.Workload.Kind == sandbox.KindCommand {
+		return ic.CheckImage(inv.Workload.Image)
+	}
+	return nil
 }

@@ -40,6 +40,22 @@ func MakeExt4(ctx context.Context, src, dst, label string, sizeBytes int64) erro
 		os.Remove(dst)
 		return fmt.Errorf("vmimage: mkfs.ext4 %s: %w: %s", dst, err, strings.TrimSpace(string(out)))
 	}
+	if src == "" {
+		return nil
+	}
+	// mkfs.ext4 -d adds /lost+found, which the template lacks: the VM's
+	// root then lists one entry more than the same template's container
+	// root (issue #25's tier parity). The disk is never fsck'ed, so it
+	// needs none.
+	if _, err := os.Lstat(filepath.Join(src, "lost+found")); err == nil {
+		return nil
+	}
+	cmd = exec.CommandContext(ctx, "debugfs", "-w", "-R", "rmdir lost+found", dst)
+	cmd.Env = []string{"PATH=/usr/sbin:/sbin:/usr/bin:/bin"}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.Remove(dst)
+		return fmt.Errorf("vmimage: debugfs rmdir lost+found %s: %w: %s", dst, err, strings.TrimSpace(string(out)))
+	}
 	return nil
 }
 
@@ -72,12 +88,14 @@ func TreeSize(dir string) (int64, error) {
 // workload expects. It is the default workload root for tests and for nodes
 // without other templates.
 func BusyboxRoot(ctx context.Context, busybox, dir string) error {
-	for _, d := range []string{"bin", "sbin", "usr/bin", "usr/sbin", "etc", "dev", "proc", "sys", "tmp", "work", "root"} {
+	for _, d := range []string{"bin", "sbin", "usr/bin", "usr/sbin", "etc", "dev", "proc", "sys", "tmp", "workspace", "root"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return fmt.Errorf("vmimage: %w", err)
 		}
 	}
-	if err := os.Chmod(filepath.Join(dir, "tmp"), 0o1777); err != nil {
+	// os.ModeSticky, not 0o1000: Go's FileMode has its own bit for it, and
+	// 0o1777 was silently 0777 (issue #25).
+	if err := os.Chmod(filepath.Join(dir, "tmp"), 0o777|os.ModeSticky); err != nil {
 		return fmt.Errorf("vmimage: %w", err)
 	}
 	bb, err := os.ReadFile(busybox)

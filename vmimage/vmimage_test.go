@@ -123,3 +123,19 @@ func TestLoadRefusesIncompleteImage(t *testing.T) {
 		t.Fatal("an empty directory loaded as an image")
 	}
 }
+
+// Issue #25: os.Chmod(tmp, 0o1777) set 0777 (Go's FileMode spells the
+// sticky bit os.ModeSticky), and the workspace was /work.
+func TestBusyboxRootTmpIsStickyAndWorkspaceIsSandboxWorkspace(t *testing.T) {
+	dir := t.TempDir()
+	if err := vmimage.BusyboxRoot(context.Background(), "/bin/busybox", dir); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(filepath.Join(dir, "tmp"))
+	if err != nil || st.Mode()&os.ModeSticky == 0 || st.Mode().Perm() != 0o777 {
+		t.Fatalf("/tmp mode %v %v, want drwxrwxrwt", st.Mode(), err)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "workspace")); err != nil || !st.IsDir() {
+		t.Fatalf("/workspace: %v", err)
+	}
+}

@@ -159,7 +159,7 @@ const egressScript = `GW=$(awk '$1=="nameserver"{print $2; exit}' /etc/resolv.co
 echo "gw=$GW $(ip route show default | head -n1)" >&2
 export ` + egresstest.ProbeEnv + `="$(printf '%s' "$SPEC" | sed "s/@GW@/$GW/g")"
 unset SPEC
-exec /work/egressprobe`
+exec /workspace/egressprobe`
 
 // egressInvocation runs the egress probe binary in a microVM guest under
 // the truth table's tenant policy; "@GW@" in spec stands for the guest's

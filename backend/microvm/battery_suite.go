@@ -217,7 +217,7 @@ func (b *Backend) tenantA(ctx context.Context) *tenantARun {
 func tenantAInvocation(canary string) *sandbox.Invocation {
 	return &sandbox.Invocation{ID: "tenant-a", Tenant: "probe-a", Policy: sandbox.Policy{Trust: sandbox.Hostile},
 		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Env: []string{"C=" + canary},
-			Argv: []string{"/bin/sh", "-c", `echo "$C" > /work/canary; echo "$C" > /tmp/canary; head -c 33554432 /dev/zero > /work/fill 2>/dev/null || echo ENOSPC; rm -f /work/fill; head -c 1000000 /dev/zero; head -c 1000000 /dev/zero >&2; sync`}},
+			Argv: []string{"/bin/sh", "-c", `echo "$C" > /workspace/canary; echo "$C" > /tmp/canary; head -c 33554432 /dev/zero > /workspace/fill 2>/dev/null || echo ENOSPC; rm -f /workspace/fill; head -c 1000000 /dev/zero; head -c 1000000 /dev/zero >&2; sync`}},
 		Limits: sandbox.Limits{Output: 64 << 10, Wall: time.Minute, Disk: 16 << 20}}
 }
 

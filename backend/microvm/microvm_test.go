@@ -129,7 +129,7 @@ func TestOneShotGuestKernelStdinEnvExit(t *testing.T) {
 		t.Fatal(err)
 	}
 	host, _ := exec.Command("uname", "-r").Output()
-	want := b.probe.image.KernelRelease + "\nfrom-stdin\n[bar baz]\n/work\n"
+	want := b.probe.image.KernelRelease + "\nfrom-stdin\n[bar baz]\n/workspace\n"
 	if string(res.Stdout) != want || string(res.Stderr) != "err\n" || res.ExitCode != 7 || res.Class != sandbox.OK {
 		t.Fatalf("got stdout %q stderr %q exit %d class %q (%s), want %q exit 7", res.Stdout, res.Stderr, res.ExitCode, res.Class, res.Error, want)
 	}

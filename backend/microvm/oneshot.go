@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -78,7 +77,7 @@ func (s *vmSandbox) runOneShot(ctx context.Context, inv *sandbox.Invocation) (*s
 		if ctx.Err() != nil {
 			res.Class, res.Error = sandbox.Killed, "cancelled: "+ctx.Err().Error()
 		} else {
-			res.Class, res.Error = sandbox.Timeout, fmt.Sprintf("the guest did not finish within %s (wall %s + boot allowance); the VM was killed", deadline, l.Wall)
+			res.Class, res.Error = sandbox.Timeout, sandbox.WallLimitMessage(l.Wall)
 		}
 		if killErr != nil {
 			return nil, sandbox.Wrap(sandbox.BackendFailure, killErr, "kill VM %s", s.id)
@@ -181,9 +180,9 @@ func fillResult(res *sandbox.Result, rep agent.VMReply, jobID string, l sandbox.
 	res.Usage.Wall, res.Usage.CPU, res.Usage.PeakMemory = rep.Wall, rep.CPU, rep.MaxRSS
 	switch {
 	case rep.TimedOut:
-		res.Class, res.Error = sandbox.Timeout, fmt.Sprintf("killed at the %s wall limit", l.Wall)
+		res.Class, res.Error = sandbox.Timeout, sandbox.WallLimitMessage(l.Wall)
 	case rep.OOMKilled && rep.Signal != "":
-		res.Class, res.Error = sandbox.OOM, fmt.Sprintf("killed at the %d-byte memory limit", l.Memory)
+		res.Class, res.Error = sandbox.OOM, sandbox.MemoryLimitMessage(l.Memory)
 	case rep.OOMKilled:
 		res.Error = "a process of the workload was killed at the memory limit; the workload went on"
 	case rep.Error != "":

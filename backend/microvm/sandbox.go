@@ -191,6 +191,9 @@ func (b *Backend) checkInvocation(inv *sandbox.Invocation) error {
 	return checkImage(w.Image)
 }
 
+// CheckImage implements sandbox.ImageChecker.
+func (b *Backend) CheckImage(name string) error { return checkImage(name) }
+
 // checkImage accepts the node's built image only, by its empty or default name.
 func checkImage(name string) error {
 	if name != "" && name != "default" {

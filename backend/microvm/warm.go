@@ -103,7 +103,7 @@ func (s *vmSandbox) runWarm(ctx context.Context, inv *sandbox.Invocation) (*sand
 			if ctx.Err() != nil {
 				res.Class, res.Error = sandbox.Killed, "cancelled: "+ctx.Err().Error()
 			} else {
-				res.Class, res.Error = sandbox.Timeout, fmt.Sprintf("the guest did not answer within %s; the VM was killed", l.Wall+warmGrace)
+				res.Class, res.Error = sandbox.Timeout, sandbox.WallLimitMessage(l.Wall)
 			}
 			return res, nil
 		}

@@ -307,10 +307,10 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	res.Stderr, res.StderrTruncated = stderr.Bytes(), stderr.Truncated
 	sig := exitStatus(res, cmd, err)
 	if res.Class == sandbox.OK && st.OOMKills > 0 {
-		res.Class, res.Error = sandbox.OOM, fmt.Sprintf("memory limit %d bytes reached (%d process(es) OOM-killed)", lim.Memory, st.OOMKills)
+		res.Class, res.Error = sandbox.OOM, sandbox.MemoryLimitMessage(lim.Memory)
 	}
 	if res.Class == sandbox.OK && lim.CPU > 0 && st.CPU >= lim.CPU && (sig == syscall.SIGXCPU || sig == syscall.SIGKILL) {
-		res.Class, res.Error = sandbox.Timeout, fmt.Sprintf("CPU limit %s reached", lim.CPU)
+		res.Class, res.Error = sandbox.Timeout, sandbox.CPULimitMessage(lim.CPU)
 	}
 	if res.Files, err = collectFiles(s.dir, inv.Workload.Collect, lim.Disk); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "native: collect files")
@@ -331,7 +331,7 @@ func (s *nativeSandbox) watch(ctx context.Context, wall time.Duration, res *sand
 			close(fired)
 		})
 	}
-	timer := time.AfterFunc(wall, func() { fire(sandbox.Timeout, fmt.Sprintf("wall deadline %s passed", wall)) })
+	timer := time.AfterFunc(wall, func() { fire(sandbox.Timeout, sandbox.WallLimitMessage(wall)) })
 	stop := context.AfterFunc(ctx, func() { fire(sandbox.Killed, fmt.Sprintf("cancelled: %v", context.Cause(ctx))) })
 	return func() {
 		if t, c := timer.Stop(), stop(); !t || !c {

@@ -59,6 +59,8 @@ func Suite(b *Backend, image string) battery.Suite {
 			})},
 		{ID: 9, Weakness: HostBind, Run: shellProbe("list mount points (mountinfo) inside the sandbox",
 			`cut -d' ' -f5 /proc/self/mountinfo | sort -u`, onlyDeclaredMounts)},
+		{ID: 93, Weakness: HostPathLayers, Run: shellProbe("read /proc/self/mountinfo and /proc/mounts for the node's sandbox layout and host-path layer names",
+			`cat /proc/self/mountinfo /proc/mounts`, func(out string) bool { return noSandboxLayout(b, out) })},
 		{ID: 10, Weakness: battery.HostNetwork, Run: shellProbe("look for unix sockets in the filesystem and in /proc/net/unix",
 			`find / -xdev -type s 2>/dev/null | head -5; tail -n +2 /proc/net/unix | wc -l`,
 			func(out string) bool { return strings.TrimSpace(out) == "0" })},
@@ -131,7 +133,7 @@ func Suite(b *Backend, image string) battery.Suite {
 // controls run the same probe on the container backend's weakened copy,
 // which shows the probe detects the weakness where it can exist; the
 // record names that backend in the control's observation.
-var gvisorOwnKernel = []int{10, 12, 17, 43, 45, 48, 60}
+var gvisorOwnKernel = []int{10, 12, 17, 43, 45, 48, 60, 93}
 
 func gvisorControls(b *Backend, probes []battery.Probe) {
 	cfg := b.cfg
@@ -311,7 +313,7 @@ func probeHostLimits(ctx context.Context, t battery.Target) battery.Observation 
 	}
 	inside := strings.Fields(string(res.Stdout))
 	obs.Observed = fmt.Sprintf("cgroup %s memory=%s pids.max=%s; inside nofile/fsize-blocks/core=%v", s.tenant.Path(), mem, pids, inside)
-	obs.Secure = mem == fmt.Sprint(96<<20) && pids == fmt.Sprint(pidsBudget(40, s.b.gvisor)) &&
+	obs.Secure = mem == fmt.Sprint(memoryBudget(96<<20, s.b.gvisor)) && pids == fmt.Sprint(pidsBudget(40, s.b.gvisor)) &&
 		slices.Equal(inside, []string{"99", "16384", "0"})
 	return obs
 }
@@ -510,4 +512,24 @@ func templatePrerequisite(b *Backend, name string) battery.Prerequisite {
 		}
 		return nil
 	}}
+}
+
+// noSandboxLayout is row 93's verdict on a sandbox's mount tables: they
+// were read (the root mount is there), they name no path of this node's
+// sandbox scratch layout (StateDir/run/oci/sb/…), and every overlay layer
+// is named by a descriptor, not by its host path (mounts.go, mountOverlay).
+func noSandboxLayout(b *Backend, out string) bool {
+	root := false
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		root = root || len(f) > 4 && f[4] == "/"
+		for _, opt := range strings.Split(line, ",") {
+			for _, key := range []string{"lowerdir=", "upperdir=", "workdir="} {
+				if i := strings.Index(opt, key); i >= 0 && !strings.HasPrefix(opt[i+len(key):], "/proc/self/fd/") {
+					return false
+				}
+			}
+		}
+	}
+	return root && !strings.Contains(out, filepath.Join(b.run, "sb"))
 }

@@ -55,6 +55,22 @@ func TestMemoryHogIsOOM(t *testing.T) {
 	}
 }
 
+// TestMemoryLimitIsTheWorkloads pins issue #25 item 7: a job peaking at
+// 53 MB passed --memory 64M on container and was OOM-killed on gVisor,
+// whose Sentry the cgroup counted against the tenant's limit.
+func TestMemoryLimitIsTheWorkloads(t *testing.T) {
+	for name, b := range newBackendsBothModes(t) {
+		t.Run(name, func(t *testing.T) {
+			inv := cmd("/bin/dd", "if=/dev/zero", "of=/dev/null", "bs=53M", "count=1")
+			inv.Limits = sandbox.Limits{Memory: 64 << 20, Wall: 60 * time.Second}
+			res := run(t, b, inv)
+			if res.Class != sandbox.OK || res.ExitCode != 0 {
+				t.Fatalf("class %q (%s), exit %d, stderr %q: want a clean run", res.Class, res.Error, res.ExitCode, res.Stderr)
+			}
+		})
+	}
+}
+
 func TestCPUSpinKilledAtDeadline(t *testing.T) {
 	for name, b := range newBackendsBothModes(t) {
 		t.Run(name, func(t *testing.T) {

@@ -48,8 +48,11 @@ func assembleRootfs(template, dir string, ids idmap.Range, ns *os.File, disk int
 	if err := idmap.Mount(template, lower, ns, idflags); err != nil {
 		return err
 	}
-	ov := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, data, work)
-	err = unix.Mount("wovyr-overlay", merged, "overlay", flags, ov)
+	if weak == HostPathLayers { // positive control only
+		err = unix.Mount("wovyr-overlay", merged, "overlay", flags, fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, data, work))
+	} else {
+		err = mountOverlay(merged, lower, data, work, flags)
+	}
 	// The overlay holds its own reference to the idmapped lower.
 	if uerr := unix.Unmount(lower, unix.MNT_DETACH); err == nil && uerr != nil {
 		err = uerr
@@ -73,6 +76,26 @@ func assembleRootfs(template, dir string, ids idmap.Range, ns *os.File, disk int
 		}
 	}
 	return os.Chown(filepath.Join(merged, workDir), int(ids.HostUID), int(ids.HostGID))
+}
+
+// mountOverlay mounts the overlay of lower, data and work at merged, naming
+// its layers by descriptor (/proc/self/fd/N): overlayfs shows the layer
+// names it was given in the sandbox's own /proc/self/mountinfo, and the
+// host paths would tell a hostile tool this node's state directory layout
+// (issue #25, battery row 44). The kernel resolves the names at mount time;
+// the descriptors are closed once it is done.
+func mountOverlay(merged, lower, data, work string, flags uintptr) error {
+	var names [3]string
+	for i, d := range []string{lower, data, work} {
+		fd, err := unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return fmt.Errorf("open overlay layer: %w", err)
+		}
+		defer unix.Close(fd)
+		names[i] = "/proc/self/fd/" + strconv.Itoa(fd)
+	}
+	ov := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", names[0], names[1], names[2])
+	return unix.Mount("wovyr-overlay", merged, "overlay", flags, ov)
 }
 
 // userns returns a user namespace mapping ids, made once per range and kept

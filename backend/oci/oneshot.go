@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"math"
@@ -256,7 +255,7 @@ wait:
 	case limitHit(res, cpuHit(), st, lim):
 	case why == "wall":
 		res.Class, res.ExitCode, res.Signal = sandbox.Timeout, 137, "killed"
-		res.Error = fmt.Sprintf("wall-clock limit %s reached", lim.Wall)
+		res.Error = sandbox.WallLimitMessage(lim.Wall)
 	case why == "cancel":
 		res.Class, res.ExitCode, res.Signal, res.Error = sandbox.Killed, 137, "killed", "cancelled: "+context.Cause(ctx).Error()
 		return true, nil

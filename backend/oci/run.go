@@ -129,13 +129,13 @@ func (s *Sandbox) runJob(ctx context.Context, inv *sandbox.Invocation, lim sandb
 			res.ExitCode, res.Signal = 0, "" // the agent's reply says how the job ended
 		}
 	case err == nil && (rep.TimedOut || hostWall > lim.Wall+hostGrace/2):
-		res.Class, res.Error = sandbox.Timeout, fmt.Sprintf("wall-clock limit %s reached", lim.Wall)
+		res.Class, res.Error = sandbox.Timeout, sandbox.WallLimitMessage(lim.Wall)
 	case err != nil && ctx.Err() != nil:
 		res.Class, res.ExitCode, res.Signal, res.Error = sandbox.Killed, 137, "killed", "cancelled: "+ctx.Err().Error()
 		return true, nil
 	case err != nil && errors.Is(err, context.DeadlineExceeded):
 		res.Class, res.ExitCode, res.Signal = sandbox.Timeout, 137, "killed"
-		res.Error = fmt.Sprintf("wall-clock limit %s reached; the sandbox did not answer", lim.Wall)
+		res.Error = sandbox.WallLimitMessage(lim.Wall)
 		// The operator's clue (a dead agent, a stuck runtime), not the
 		// tenant's: the runtime's stderr names host paths.
 		s.b.cfg.Logger.Warn("sandbox did not answer", "backend", s.b.name, "id", s.id, "stderr", tail(s.stderr.Bytes(), 2048))
@@ -185,9 +185,9 @@ func notStarted(why string) string { return string(sandbox.NotStartedLine(why)) 
 func limitHit(res *sandbox.Result, cpuHit bool, st cgroup.Stats, lim sandbox.Limits) bool {
 	switch {
 	case cpuHit:
-		res.Class, res.Error = sandbox.Timeout, fmt.Sprintf("CPU time limit %s reached", lim.CPU)
+		res.Class, res.Error = sandbox.Timeout, sandbox.CPULimitMessage(lim.CPU)
 	case st.OOMKills > 0:
-		res.Class, res.Error = sandbox.OOM, fmt.Sprintf("memory limit %d bytes reached (%d OOM kills)", lim.Memory, st.OOMKills)
+		res.Class, res.Error = sandbox.OOM, sandbox.MemoryLimitMessage(lim.Memory)
 	default:
 		return false
 	}
@@ -268,7 +268,7 @@ func (s *Sandbox) claimMoving(inv *sandbox.Invocation, lim sandbox.Limits) error
 	s.mu.Lock()
 	s.tenant = g
 	s.mu.Unlock()
-	if err := setLimits(g, cgroup.Limits{Memory: lim.Memory, Pids: pidsBudget(lim.Pids, s.b.gvisor), CPUMillis: inv.Resources.CPUMillis}); err != nil {
+	if err := setLimits(g, cgroup.Limits{Memory: memoryBudget(lim.Memory, s.b.gvisor), Pids: pidsBudget(lim.Pids, s.b.gvisor), CPUMillis: inv.Resources.CPUMillis}); err != nil {
 		return err
 	}
 	s.leaf = g
@@ -308,7 +308,7 @@ func (s *Sandbox) exceedsTemplate(lim sandbox.Limits) bool {
 // writeLimits makes the sandbox's cgroup enforce lim and cpuMillis, writing
 // nothing when it already does (Prepare wrote the template's).
 func (s *Sandbox) writeLimits(lim sandbox.Limits, cpuMillis int64) error {
-	cl := cgroup.Limits{Memory: lim.Memory, Pids: pidsBudget(lim.Pids, s.b.gvisor), CPUMillis: cpuMillis}
+	cl := cgroup.Limits{Memory: memoryBudget(lim.Memory, s.b.gvisor), Pids: pidsBudget(lim.Pids, s.b.gvisor), CPUMillis: cpuMillis}
 	if cl == s.written {
 		return nil
 	}

@@ -90,13 +90,8 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 	if name == "" {
 		name = b.cfg.DefaultImage
 	}
-	if !image.ValidName(name) {
-		return nil, sandbox.Errorf(sandbox.BadInput, "template.image", "invalid image name %q", name)
-	}
-	if !image.Exists(b.imagesDir(), name) {
-		// The fix is the operator's: tenants see only the Msg.
-		return nil, &sandbox.Error{Class: sandbox.BadInput, Field: "template.image", Msg: fmt.Sprintf("no template %q on this node", name),
-			Err: fmt.Errorf("build it: wovyr image build %s", name)}
+	if err := b.checkImage(name, "template.image"); err != nil {
+		return nil, err
 	}
 	d, err := b.chosen(ctx)
 	if err != nil {
@@ -587,4 +582,25 @@ func removeWhenEmpty(rel string, limit time.Duration) {
 			return
 		}
 	}
+}
+
+// CheckImage implements sandbox.ImageChecker: name (empty: the default)
+// must be a template built on this node.
+func (b *Backend) CheckImage(name string) error {
+	if name == "" {
+		name = b.cfg.DefaultImage
+	}
+	return b.checkImage(name, "workload.image")
+}
+
+func (b *Backend) checkImage(name, field string) error {
+	if !image.ValidName(name) {
+		return sandbox.Errorf(sandbox.BadInput, field, "invalid image name %q", name)
+	}
+	if !image.Exists(b.imagesDir(), name) {
+		// The fix is the operator's: tenants see only the Msg.
+		return &sandbox.Error{Class: sandbox.BadInput, Field: field, Msg: fmt.Sprintf("no template %q on this node", name),
+			Err: fmt.Errorf("build it: wovyr image build %s", name)}
+	}
+	return nil
 }

@@ -13,8 +13,8 @@ import (
 
 // In-sandbox paths.
 const (
-	agentPath = "/.wovyr/agent" // the read-only bind of wovyr-guest
-	workDir   = "/workspace"    // the job's working directory
+	agentPath = "/.wovyr/agent"      // the read-only bind of wovyr-guest
+	workDir   = sandbox.WorkspaceDir // the job's working directory
 	guestPATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 
@@ -53,7 +53,7 @@ func buildSpec(p specParams) (*specs.Spec, error) {
 	nofile := uint64(p.limits.NoFile)
 	s := &specs.Spec{
 		Version:  ociVersion,
-		Hostname: "wovyr",
+		Hostname: sandbox.Hostname,
 		Root:     &specs.Root{Path: p.rootfs},
 		Process: &specs.Process{
 			User: specs.User{UID: 0, GID: 0},
@@ -89,7 +89,7 @@ func buildSpec(p specParams) (*specs.Spec, error) {
 			CgroupsPath: p.cgroups,
 			Resources: &specs.LinuxResources{
 				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
-				Memory:  &specs.LinuxMemory{Limit: int64Ptr(p.limits.Memory), Swap: int64Ptr(p.limits.Memory)},
+				Memory:  &specs.LinuxMemory{Limit: int64Ptr(memoryBudget(p.limits.Memory, p.gvisor)), Swap: int64Ptr(memoryBudget(p.limits.Memory, p.gvisor))},
 				Pids:    &specs.LinuxPids{Limit: int64Ptr(int64(pidsBudget(p.limits.Pids, p.gvisor)))},
 			},
 			MaskedPaths:   maskedPaths,
@@ -132,6 +132,24 @@ func agentCeilings(capped bool) rlimitCeilings {
 		}
 	}
 	return c
+}
+
+// GVisorMemoryOverhead is what the gVisor backend adds to the memory limit
+// a tenant asks for: the Sentry's and gofer's own memory (~20 MiB at rest,
+// more with the workload's page tables and file caches), which the host
+// cgroup counts with the workload's. The limit a tenant sets is its
+// workload's on every tier (issue #25: a job peaking at 53 MB passed
+// --memory 64M on container and microVM and was OOM-killed on gVisor), as
+// the microVM's guest RAM adds GuestOverhead and its CPU quota a quarter
+// core for QEMU. docs/API.md states it.
+const GVisorMemoryOverhead = 64 << 20
+
+// memoryBudget is the cgroup memory limit for a workload limited to mem.
+func memoryBudget(mem int64, gvisor bool) int64 {
+	if gvisor && mem > 0 {
+		return mem + GVisorMemoryOverhead
+	}
+	return mem
 }
 
 // pidsBudget is the pids.max for a workload allowing n processes: room for

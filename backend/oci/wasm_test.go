@@ -17,7 +17,7 @@ import (
 )
 
 // wasmGuest is a WASI guest in C: it prints its argv, $K and its stdin,
-// writes /work/out.txt, spins on "spin" and exits with atoi(argv[1]).
+// writes /workspace/out.txt, spins on "spin" and exits with atoi(argv[1]).
 const wasmGuest = `#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +29,7 @@ int main(int argc, char **argv) {
   char buf[256];
   size_t n = fread(buf, 1, sizeof buf, stdin);
   fwrite(buf, 1, n, stdout);
-  FILE *f = fopen("/work/out.txt", "w");
+  FILE *f = fopen("/workspace/out.txt", "w");
   if (f) { fputs("from wasm", f); fclose(f); }
   if (argc > 1 && strcmp(argv[1], "spin") == 0) for (volatile unsigned long i = 0;; i++);
   return argc > 1 ? atoi(argv[1]) : 0;

@@ -61,6 +61,9 @@ const (
 	// SuidRoot: the root filesystem (template and upper layer) mounted
 	// without nosuid and nodev.
 	SuidRoot battery.Weakness = "suid-root"
+	// HostPathLayers: the root overlay's layers named by their host paths
+	// (StateDir/run/oci/sb/<id>/…), which the sandbox's mountinfo shows.
+	HostPathLayers battery.Weakness = "host-path-layers"
 )
 
 // weaknesses this package can build.
@@ -69,7 +72,7 @@ var weaknesses = []battery.Weakness{
 	battery.NoPidsLimit, battery.NoMemoryLimit, battery.NoDiskQuota, battery.NoDeadline, battery.NoOutputCap,
 	battery.KeepOrphans, Privileged, HostPIDAsRoot, HostDevices, Unmasked, HostBind, WritableProcSys, HostPrivileged,
 	LeakedDirFD, OpenDeviceCgroup, FollowLinks, WritableRuntimeCopy, SharedIPC, NaiveRootfs,
-	ExecHealthCheck, SuidRoot, EgressOpen, EgressHostNetns,
+	ExecHealthCheck, SuidRoot, HostPathLayers, EgressOpen, EgressHostNetns,
 }
 
 // Weakened implements battery.Weakener: a copy of b with one weakness, for

@@ -139,9 +139,9 @@ func TestArgsAndEnvExactlyAsGiven(t *testing.T) {
 
 func TestDotDotOutOfPreopenIsDenied(t *testing.T) {
 	b := newBackend(t)
-	// A canary beside the workspace: one ".." away from /work on the host.
+	// A canary beside the workspace: one ".." away from /workspace on the host.
 	plantCanary(t, b)
-	for _, p := range []string{"/work/../canary", "/work/a/../../canary", "/work/../../../etc/passwd", "/etc/passwd", "../canary"} {
+	for _, p := range []string{"/workspace/../canary", "/workspace/a/../../canary", "/workspace/../../../etc/passwd", "/etc/passwd", "../canary"} {
 		in := inv(guest(t, "goguest"), "g", "cat", p)
 		in.Workload.Files = []sandbox.File{{Path: "a/x", Data: []byte("x")}}
 		res := run(t, b, in)
@@ -156,7 +156,7 @@ func TestSymlinkOutOfPreopenIsNotFollowed(t *testing.T) {
 	canary := plantCanary(t, b)
 	// The guest plants a link (WASI path_symlink) and then follows it.
 	for _, target := range []string{"../canary", "/etc/passwd", canary} {
-		in := inv(guest(t, "goguest"), "g", "symlink", target, "/work/link")
+		in := inv(guest(t, "goguest"), "g", "symlink", target, "/workspace/link")
 		in.Workload.Collect = []string{"link"}
 		res := run(t, b, in)
 		if len(res.Files) != 0 {
@@ -203,7 +203,7 @@ func TestReadOnlyPreopen(t *testing.T) {
 
 func TestFilesInAndCollectOut(t *testing.T) {
 	b := newBackend(t)
-	in := inv(guest(t, "goguest"), "g", "write", "/work/out/result.txt", "computed")
+	in := inv(guest(t, "goguest"), "g", "write", "/workspace/out/result.txt", "computed")
 	in.Workload.Files = []sandbox.File{{Path: "out/input.txt", Data: []byte("in")}}
 	in.Workload.Collect = []string{"out/result.txt", "out/input.txt", "missing.txt"}
 	res := run(t, b, in)
@@ -317,7 +317,7 @@ func TestRandomAndClockAreReal(t *testing.T) {
 
 func TestDiskAndInodeQuota(t *testing.T) {
 	b := newBackend(t)
-	in := inv(guest(t, "goguest"), "g", "fill", "/work/big")
+	in := inv(guest(t, "goguest"), "g", "fill", "/workspace/big")
 	in.Workload.Files = []sandbox.File{{Path: "in", Data: []byte("x")}}
 	in.Limits.Disk = 4 << 20
 	res := run(t, b, in)
@@ -325,7 +325,7 @@ func TestDiskAndInodeQuota(t *testing.T) {
 	if _, err := fmtSscanf(string(res.Stdout), "wrote %d:", &n); err != nil || n > 4<<20 || n < 3<<20 || !bytes.Contains(res.Stdout, []byte("No space left")) {
 		t.Fatalf("fill under a 4 MiB quota: %q", res.Stdout)
 	}
-	in = inv(guest(t, "goguest"), "g", "files", "/work")
+	in = inv(guest(t, "goguest"), "g", "files", "/workspace")
 	in.Workload.Collect = []string{"f0"}
 	in.Limits.Disk = 1 << 20 // 256 inodes
 	res = run(t, b, in)

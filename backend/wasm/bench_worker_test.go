@@ -12,7 +12,7 @@ import (
 // trivial guest granted a directory, through the Backend, in this process
 // (no bound: the weakened configuration) and through a worker process (the
 // certified one). "grant" is a read-only Config.Preopens directory;
-// "workspace" has one file in, so a fresh tmpfs /work each time.
+// "workspace" has one file in, so a fresh tmpfs /workspace each time.
 func BenchmarkGrantedInvocation(b *testing.B) {
 	mod := guest(b, "wat/tiny")
 	dir := b.TempDir()

@@ -63,7 +63,7 @@ type weakness struct {
 	probeSelf       bool   // the probe weakens its own attempt (no config knob)
 	inheritEnv      bool   // expose the host environment
 	rwPreopens      bool   // grant Config.Preopens read-write
-	workspaceParent bool   // map /work to the workspace's parent directory
+	workspaceParent bool   // map /workspace to the workspace's parent directory
 	extraRoot       string // also preopen the host's "/" at this guest path
 	noDeadline      bool   // do not arm the epoch deadline
 	noMemoryLimit   bool   // do not set the store's memory limit
@@ -75,7 +75,7 @@ type weakness struct {
 
 func (w weakness) any() bool { return w != weakness{} }
 
-const workspaceGuest = "/work"
+const workspaceGuest = sandbox.WorkspaceDir
 
 func (c Config) withDefaults() Config {
 	if c.Logger == nil {

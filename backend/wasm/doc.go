@@ -7,7 +7,7 @@
 // offers preview1 only and no socket is ever preopened, so egress is
 // deny-all by construction), and only the directories granted:
 //
-//   - /work, read-write: the invocation's own workspace, a fresh tmpfs
+//   - /workspace, read-write: the invocation's own workspace, a fresh tmpfs
 //     (source "wovyr-wasm") under StateDir/wasm/work sized to Limits.Disk
 //     with an inode bound, so filling it gives the guest ENOSPC. Files are
 //     written there before the run; Collect is read back after the guest has

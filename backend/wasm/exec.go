@@ -50,7 +50,7 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		wall    = fs.Duration("wall", sandbox.DefaultWall, "wall-clock deadline")
 		nofile  = fs.Int("nofile", sandbox.DefaultNoFile, "descriptors the guest may open (this process's RLIMIT_NOFILE)")
 		argv0   = fs.String("argv0", "", "argv[0] as the guest sees it (default: the module's file name)")
-		work    = fs.String("work", "", "host directory preopened read-write at /work (default: none)")
+		work    = fs.String("work", "", "host directory preopened read-write at /workspace (default: none)")
 		state   = fs.String("state", "", "state dir for the compiled-module cache (default: a temporary one)")
 		report  = fs.String("report", "", "write the JSON result (class, exit code, usage) to this file")
 		envs    []string

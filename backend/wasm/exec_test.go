@@ -83,7 +83,7 @@ func TestExecLimitsAndReport(t *testing.T) {
 func TestExecWorkDirIsReadWrite(t *testing.T) {
 	work := t.TempDir()
 	g := writeGuest(t, "goguest")
-	if _, _, code := wasmExec(t, "", "-work", work, g, "--", "write", "/work/out.txt", "done"); code != 0 {
+	if _, _, code := wasmExec(t, "", "-work", work, g, "--", "write", "/workspace/out.txt", "done"); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
 	if b, _ := os.ReadFile(filepath.Join(work, "out.txt")); string(b) != "done" {
@@ -117,7 +117,7 @@ func TestRunnerLinksStatically(t *testing.T) {
 	}
 	f.Close()
 	os.WriteFile(filepath.Join(dir, "root", "g.wasm"), guest(t, "goguest"), 0o644)
-	cmd := exec.Command("chroot", filepath.Join(dir, "root"), "/wasm-exec", "-state", "/state", "-work", "/work", "/g.wasm", "--", "write", "/work/out", "static")
+	cmd := exec.Command("chroot", filepath.Join(dir, "root"), "/wasm-exec", "-state", "/state", "-work", "/work", "/g.wasm", "--", "write", "/workspace/out", "static")
 	cmd.Env = []string{}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("run in an empty chroot: %v\n%s", err, out)

@@ -173,7 +173,7 @@ func (e *probeEnv) runModule(ctx context.Context, mod []byte, in *sandbox.Invoca
 	return sb.Run(ctx, in)
 }
 
-// withWork makes the invocation preopen /work (fd 3) by giving it a file.
+// withWork makes the invocation preopen /workspace (fd 3) by giving it a file.
 func withWork(in *sandbox.Invocation) *sandbox.Invocation {
 	if in == nil {
 		in = &sandbox.Invocation{}

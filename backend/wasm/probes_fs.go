@@ -55,7 +55,7 @@ var probeTraversal = Probe{
 			"./../../../../../../../../.." + canary, strings.TrimPrefix(canary, "/"), canary,
 			"/etc/passwd", "etc/passwd", "../../../../../../../../etc/passwd"}
 		g := newWat()
-		for fd := 3; fd <= 6; fd++ { // /work and any other preopen
+		for fd := 3; fd <= 6; fd++ { // /workspace and any other preopen
 			for i, p := range paths {
 				g.open(fmt.Sprintf("fd%d.path%d", fd, i), fd, p, 0, wasiRead, lookupFollow)
 			}
@@ -97,7 +97,7 @@ var probeSymlinks = Probe{
 		outside := filepath.Join(b.work, "wovyr-created-62")
 		defer os.Remove(outside)
 		g := newWat()
-		// Guest-made links out of /work (fd 3), then followed, also with
+		// Guest-made links out of /workspace (fd 3), then followed, also with
 		// O_CREAT and a trailing slash.
 		g.call("symlink.rel", "(call $path_symlink "+g.str("../wovyr-canary-62")+" (i32.const 3) "+g.str("l1")+")")
 		g.call("symlink.abs", "(call $path_symlink "+g.str(filepath.Join(b.work, "wovyr-canary-62"))+" (i32.const 3) "+g.str("l2")+")")
@@ -119,7 +119,7 @@ var probeSymlinks = Probe{
 			extra = "; A FILE WAS CREATED OUTSIDE THE PREOPEN"
 		}
 		obs, ok := verdict(e, res, extra)
-		return "guest path_symlink out of /work then follow (plain, O_CREAT, trailing slash); follow host-planted abs/rel links in a read-only preopen", obs, ok && extra == ""
+		return "guest path_symlink out of /workspace then follow (plain, O_CREAT, trailing slash); follow host-planted abs/rel links in a read-only preopen", obs, ok && extra == ""
 	},
 }
 
@@ -144,7 +144,7 @@ var probeLinksCollect = Probe{
 			return failed(err)
 		}
 		obs, ok := verdict(e, res)
-		return "guest plants symlinks and a hard link to a host canary in /work; the host collects them", obs, ok
+		return "guest plants symlinks and a hard link to a host canary in /workspace; the host collects them", obs, ok
 	},
 }
 
@@ -289,7 +289,7 @@ var probeFDTricks = Probe{
 
 var probeSharedStorage = Probe{
 	ID: 48, Name: "shared storage between invocations",
-	// Control: /work is the parent of every workspace.
+	// Control: /workspace is the parent of every workspace.
 	weakness: WeakSharedWorkspace,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
 		if _, err := e.backend(); err != nil {
@@ -315,6 +315,6 @@ var probeSharedStorage = Probe{
 		}
 		obs, ok := verdict(e, resB)
 		ok = ok && ran(resA)
-		return "tenant A writes a canary into /work; tenant B, next, opens it", "A: " + strings.ReplaceAll(strings.TrimSpace(string(resA.Stdout)), "\n", "; ") + " | B: " + obs, ok
+		return "tenant A writes a canary into /workspace; tenant B, next, opens it", "A: " + strings.ReplaceAll(strings.TrimSpace(string(resA.Stdout)), "\n", "; ") + " | B: " + obs, ok
 	},
 }

@@ -41,7 +41,7 @@ var probeMemory = Probe{
 	},
 }
 
-// fillGuest writes 64 KiB chunks to /work/fill until a write fails or twice
+// fillGuest writes 64 KiB chunks to /workspace/fill until a write fails or twice
 // the quota is written; it prints the bytes written and the errno.
 func fillGuest(stopAt int) string {
 	g := newWat()
@@ -73,7 +73,7 @@ var probeDisk = Probe{
 		m := guestLines(res.Stdout)
 		n, _ := strconv.Atoi(m["written"])
 		ok := ran(res) && n <= quota && m["errno"] == strconv.Itoa(eNospc)
-		return "write /work/fill until failure under a 2 MiB disk limit", lines(res), ok
+		return "write /workspace/fill until failure under a 2 MiB disk limit", lines(res), ok
 	},
 }
 
@@ -109,7 +109,7 @@ var probeInodes = Probe{
 		m := guestLines(res.Stdout)
 		n, _ := strconv.Atoi(m["created"])
 		ok := ran(res) && n <= bound && m["errno"] == strconv.Itoa(eNospc)
-		return fmt.Sprintf("create files in /work until failure (bound %d inodes)", bound), lines(res), ok
+		return fmt.Sprintf("create files in /workspace until failure (bound %d inodes)", bound), lines(res), ok
 	},
 }
 
@@ -143,7 +143,7 @@ var probeFDs = Probe{
 		// so: Wasmtime's preview1 reports the host's EMFILE as errno io.
 		errno, _ := strconv.Atoi(m["errno"])
 		ok := ran(res) && n <= nofile && n >= nofile-fdSlack && (errno == eMfile || errno == eNfile || errno == eIO)
-		return fmt.Sprintf("open /work/probe.txt repeatedly (stop at %d); want EMFILE (or io) at Limits.NoFile=%d", stop, nofile), lines(res), ok
+		return fmt.Sprintf("open /workspace/probe.txt repeatedly (stop at %d); want EMFILE (or io) at Limits.NoFile=%d", stop, nofile), lines(res), ok
 	},
 }
 

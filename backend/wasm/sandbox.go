@@ -3,7 +3,6 @@ package wasm
 import (
 	"context"
 	"errors"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -50,7 +49,7 @@ func (s *wasmSandbox) Destroy(context.Context) error {
 
 type runOpts struct {
 	inheritStdio bool   // the runner: stdio is the process's own
-	workDir      string // the runner: this host dir is /work, instead of a fresh workspace
+	workDir      string // the runner: this host dir is /workspace, instead of a fresh workspace
 }
 
 // run is the one code path for Sandbox.Run, Probe and ExecMain.
@@ -184,7 +183,7 @@ func (b *Backend) classify(out *wasmcapi.Outcome, spec *wasmcapi.Spec, res *sand
 	case wasmcapi.EndExit:
 		res.ExitCode = out.ExitCode
 		if out.ExitCode != 0 && nearLimit {
-			res.Class, res.Error = sandbox.OOM, fmt.Sprintf("exited %d with linear memory at %d of %d bytes", out.ExitCode, out.MemorySize, spec.Memory)
+			res.Class, res.Error = sandbox.OOM, sandbox.MemoryLimitMessage(spec.Memory)
 		}
 	case wasmcapi.EndTrap, wasmcapi.EndHostError:
 		res.ExitCode, res.Signal, res.Error = -1, "trap", "host error: "+out.Message
@@ -201,7 +200,7 @@ func (b *Backend) classify(out *wasmcapi.Outcome, spec *wasmcapi.Spec, res *sand
 		}
 	case wasmcapi.EndTimeout:
 		res.ExitCode, res.Signal, res.Class = -1, "killed", sandbox.Timeout
-		res.Error = fmt.Sprintf("wall deadline of %s passed", spec.Wall)
+		res.Error = sandbox.WallLimitMessage(spec.Wall)
 	case wasmcapi.EndCancelled:
 		res.ExitCode, res.Signal, res.Class = -1, "killed", sandbox.Killed
 		res.Error = "cancelled"

@@ -32,7 +32,7 @@ func mustWat(t testing.TB, src string) []byte {
 	return b
 }
 
-// plantCanary writes a secret beside the workspaces, one ".." above /work.
+// plantCanary writes a secret beside the workspaces, one ".." above /workspace.
 func plantCanary(t testing.TB, b *Backend) string {
 	t.Helper()
 	p := filepath.Join(b.work, "canary")

@@ -16,7 +16,7 @@ const (
 	WeakHostRoot        battery.Weakness = "host-root-preopen" // the host's "/" is preopened
 	WeakFollowLinks     battery.Weakness = "follow-symlinks"   // the host collects through links
 	WeakRWPreopens      battery.Weakness = "rw-preopens"       // read-only grants become read-write
-	WeakSharedWorkspace battery.Weakness = "shared-workspace"  // /work is the parent of all workspaces
+	WeakSharedWorkspace battery.Weakness = "shared-workspace"  // /workspace is the parent of all workspaces
 	WeakWidePreopen     battery.Weakness = "wide-preopen"      // a grant one directory too wide
 	WeakBigStack        battery.Weakness = "big-wasm-stack"    // wasm stack above the certified budget
 	WeakNoModuleBound   battery.Weakness = "no-module-bound"   // no module size bound

@@ -14,9 +14,9 @@ import (
 	"github.com/wovyr/wovyr/sandbox"
 )
 
-// openGuest opens /work/probe.txt up to stop times (or until failure) and
+// openGuest opens /workspace/probe.txt up to stop times (or until failure) and
 // prints opened= and errno=. With marker, it then closes one descriptor,
-// creates /work/exhausted and spins (still holding the rest) until its
+// creates /workspace/exhausted and spins (still holding the rest) until its
 // deadline.
 func openGuest(stop int, marker bool) string {
 	g := newWat()

@@ -15,7 +15,7 @@ import (
 	"github.com/wovyr/wovyr/sandbox"
 )
 
-// workspace is one invocation's read-write directory, preopened at /work.
+// workspace is one invocation's read-write directory, preopened at /workspace.
 // It is a tmpfs of its own, sized to Limits.Disk with an inode bound, so a
 // guest that fills it gets ENOSPC and the host's disk is untouched.
 type workspace struct {

@@ -51,17 +51,18 @@ const (
 	exitKilled         = 127
 )
 
-const exitCodesHelp = `Exit codes:
+const exitCodesHelp = `Exit codes (wovyr itself returns only 0, 2 and 120-127):
   the workload's own exit code when it ran to completion (128+N if signal N ended it);
        127 with a "wovyr: ..." line on stderr when its program could not be started
        (not found, not executable), on every backend
+  0    success (commands other than run)
   2    usage error
   120  bad input (nothing was started)
   121  floor unmet: no certified, available backend at or above the required strength
   122  the network policy cannot be enforced by any eligible backend
   123  the workload hit its memory limit (oom)
   124  the workload hit its deadline (timeout)
-  125  wovyr or the backend failed (backend-failure)
+  125  wovyr or the backend failed (backend-failure), also a result without a valid exit status
   126  the wasm workload ran out of fuel
   127  cancelled (interrupt or shutdown)
 `

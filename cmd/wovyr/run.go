@@ -27,6 +27,7 @@ type runCmd struct {
 	jsonOut                       bool
 	remote, token                 string // --remote: through a daemon
 	tenantSet                     bool
+	more                          invocationFlags
 }
 
 func runMain(ctx context.Context, g *globals, args []string) int {
@@ -45,6 +46,7 @@ func runMain(ctx context.Context, g *globals, args []string) int {
 	fs.StringVar(&c.remote, "remote", "", "run through the wovyr daemon at this URL (e.g. http://127.0.0.1:8080)")
 	fs.StringVar(&c.token, "token", "", "bearer token for --remote (default $WOVYR_TOKEN, else the daemon's bootstrap token in the state dir)")
 	fs.StringVar(&c.wasmFile, "wasm", "", "run this WASI module (ARGV is then its arguments, argv[0] included)")
+	c.more.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: wovyr run [flags] -- ARGV...\n\nStdin is passed through when it is a pipe or a file.\n\n")
 		fs.PrintDefaults()
@@ -99,6 +101,9 @@ func (c *runCmd) invocation(argv []string) (*sandbox.Invocation, error) {
 		if len(argv) == 0 {
 			inv.Workload.Argv = []string{c.wasmFile}
 		}
+	}
+	if err := c.more.apply(inv); err != nil {
+		return nil, err
 	}
 	var err error
 	if inv.Policy.Trust, err = sandbox.ParseTrustClass(c.trust); err != nil {
@@ -155,6 +160,13 @@ func (c *runCmd) execute(ctx context.Context, n *node, inv *sandbox.Invocation) 
 	if err != nil {
 		return nil, err
 	}
+	// An image the selected backend cannot run is bad input, refused
+	// before anything is recorded (as the daemon does at submit).
+	if ic, ok := b.(sandbox.ImageChecker); ok && inv.Workload.Kind == sandbox.KindCommand {
+		if err := ic.CheckImage(inv.Workload.Image); err != nil {
+			return nil, err
+		}
+	}
 	if c.backend != "" && b.Name() != c.backend {
 		cand, _ := n.mgr.Backend(c.backend)
 		why := "not registered on this node"
@@ -201,9 +213,19 @@ func (c *runCmd) report(res *sandbox.Result) int {
 		if res.Class != sandbox.OK {
 			fmt.Fprintf(os.Stderr, "wovyr: %s: %s\n", res.Class, res.Error)
 		}
+		if err := writeCollected(c.more.collectDir, res.Files); err != nil {
+			fmt.Fprintln(os.Stderr, "wovyr:", err)
+			return classExit(sandbox.ClassOf(err))
+		}
 	}
 	if res.Class != sandbox.OK {
 		return classExit(res.Class)
+	}
+	if res.ExitCode < 0 || res.ExitCode > 255 {
+		// No exit status a process can have (issue #25: a -1 became an
+		// undocumented 255): the backend failed to say how the job ended.
+		fmt.Fprintf(os.Stderr, "wovyr: backend-failure: the workload's exit status is unknown (%d)\n", res.ExitCode)
+		return exitBackendFailure
 	}
 	return res.ExitCode
 }

@@ -39,7 +39,7 @@ const (
 // Preopen grants the guest one host directory.
 type Preopen struct {
 	Host  string // host path; the caller confines and creates it
-	Guest string // the name the guest sees, e.g. "/work"
+	Guest string // the name the guest sees, e.g. "/workspace"
 	Write bool   // read-write when true, read-only otherwise
 }
 

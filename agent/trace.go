@@ -1,0 +1,60 @@
+package agent
+
+import (
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// forked is the outcome of the leader's fork: its pid, or why it failed.
+type forked struct {
+	pid int
+	err error
+}
+
+// forkAndWait starts the job's leader, sends its pid (or the fork's error)
+// on started, and waits until the leader has exited, setting ws and ru.
+//
+// # Why one locked thread
+//
+// A leader that calls ptrace(PTRACE_TRACEME) makes its parent *thread* its
+// tracer (diagnostic tools that sweep syscalls do it). Its next signal then
+// stops it, and the tracer's wait reports that stop as if it were an exit:
+// the job ended with exit code -1 and lost its output (issue #25). A
+// ptrace-stop is not an exit, and the agent must never be a working tracer
+// of the workload, so the waiter detaches at the first stop, handing the
+// job the signal it stopped with, and the job runs on untraced, as it would
+// with no tracer at all. Only the tracer thread may detach: the fork and
+// every wait happen on this goroutine's locked OS thread, which is never
+// unlocked, so it ends with the goroutine (a tracer's exit would detach
+// the tracee too).
+func forkAndWait(prog string, argv []string, attr *syscall.ProcAttr, started chan<- forked, ws *syscall.WaitStatus, ru *syscall.Rusage) {
+	runtime.LockOSThread()
+	pid, err := syscall.ForkExec(prog, argv, attr)
+	started <- forked{pid, err}
+	if err != nil {
+		return
+	}
+	for {
+		_, err := syscall.Wait4(pid, ws, 0, ru)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err == nil && ws.Stopped() {
+			detach(pid, ws.StopSignal())
+			continue
+		}
+		return
+	}
+}
+
+// detach ends a ptrace relation the leader started, delivering sig unless
+// it is the SIGTRAP the kernel sends a PTRACE_TRACEME'd process after each
+// execve (which without a tracer never happens, and would kill it).
+func detach(pid int, sig syscall.Signal) {
+	if sig == syscall.SIGTRAP {
+		sig = 0
+	}
+	_, _, _ = unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(pid), 0, uintptr(sig), 0, 0)
+}
