@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/wovyr/wovyr/cgroup"
 	"github.com/wovyr/wovyr/probecache"
@@ -27,18 +28,22 @@ func (b *Backend) ProbeKey() string {
 }
 
 // Adopt implements sandbox.ProbeCacher: it takes, without running
-// anything, the runtime (and runsc platform) whose configuration hash with
-// the stored version is the stored one. Which binary a name resolves to is
-// in the key, so the stored version is that binary's.
+// anything, the runtime the stored version names ("crun version 1.8.1")
+// and the stored runsc platform. The stored configuration hash stands: the
+// key covers everything it digests — the runtime's file (so the version is
+// that file's), the agent and runner copies, the hybrid wrapper, the
+// configuration and wovyr's own code, whose spec the hash is of —, and
+// recomputing it (a spec built and JSON-encoded in a cold process) cost a
+// one-shot command 1 ms.
 func (b *Backend) Adopt(_ context.Context, capa sandbox.Capability) error {
 	for _, n := range b.runtimeNames() {
 		d, err := lookDriver(filepath.Base(n), n, b.cfg.StateDir)
-		if err != nil {
+		if err != nil || !strings.HasPrefix(capa.Version, d.name+" ") {
 			continue
 		}
 		d.version = capa.Version
 		for _, dp := range b.platforms(d) {
-			if dp.accel == capa.Accel && b.configHash(dp) == capa.ConfigHash {
+			if dp.accel == capa.Accel {
 				b.mu.Lock()
 				b.driver = dp
 				b.mu.Unlock()
@@ -46,5 +51,5 @@ func (b *Backend) Adopt(_ context.Context, capa sandbox.Capability) error {
 			}
 		}
 	}
-	return fmt.Errorf("%s: no runtime here matches the stored probe (%s, config %s)", b.name, capa.Version, capa.ConfigHash)
+	return fmt.Errorf("%s: no runtime here matches the stored probe (%s, platform %q)", b.name, capa.Version, capa.Accel)
 }

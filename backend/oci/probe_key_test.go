@@ -46,16 +46,21 @@ func TestAdoptTakesTheProbedRuntime(t *testing.T) {
 				t.Fatalf("run on the adopted runtime: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
 			}
 
-			other := capa
-			other.ConfigHash = "0000"
 			third, _ := c.new(testConfig(t))
-			if err := third.Adopt(context.Background(), other); err == nil {
-				t.Fatal("adopted an answer with another configuration hash")
+			for name, mod := range map[string]func(*sandbox.Capability){
+				"a runtime this backend does not run": func(o *sandbox.Capability) { o.Version = "youki version 0.1" },
+				"a runsc platform it does not try":    func(o *sandbox.Capability) { o.Accel = "kvm" },
+			} {
+				other := capa
+				mod(&other)
+				if err := third.Adopt(context.Background(), other); err == nil {
+					t.Errorf("%s: adopted", name)
+				}
 			}
-			other = capa
-			other.Version += "-other"
-			if err := third.Adopt(context.Background(), other); err == nil {
-				t.Fatal("adopted an answer of another runtime version")
+			// The stored hash is the probe's own: the key covers all it
+			// digests (TestProbeKeyFollowsRuntimeAndConfig).
+			if got := second.configHash(second.driver); got != capa.ConfigHash {
+				t.Fatalf("adopted driver hashes to %s, the probe said %s", got, capa.ConfigHash)
 			}
 		})
 	}
