@@ -46,6 +46,25 @@ type Image struct {
 	// Digest covers the kernel, initramfs and root disk: part of the
 	// backend's configuration hash, so a rebuilt image voids certification.
 	Digest string `json:"digest"`
+	// GuestDigest is the SHA-256 of the wovyr-guest binary the initramfs
+	// carries, so that a node can tell an image built by another wovyr
+	// (GuestDigest); empty in images built before it was recorded.
+	GuestDigest string `json:"guest_digest,omitempty"`
+}
+
+// FileDigest is the hex SHA-256 of the file at path, as GuestDigest holds
+// it for the guest binary.
+func FileDigest(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Vmlinux, Initramfs and RootDisk are the image's file paths.
@@ -93,6 +112,7 @@ func Build(ctx context.Context, o Options) (*Image, error) {
 			return WriteInitramfs(im.Initramfs(), InitramfsOptions{Guest: o.Guest, Busybox: o.Busybox, ModulesDir: o.ModulesDir})
 		}},
 		{"root disk", func() error { return buildRootDisk(ctx, o, im.RootDisk()) }},
+		{"guest digest", func() (err error) { im.GuestDigest, err = FileDigest(o.Guest); return err }},
 		{"manifest", func() error { return im.writeManifest() }},
 	}
 	for _, s := range steps {

@@ -102,6 +102,9 @@ func (b *Backend) doProbe(ctx context.Context) (*probed, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := b.checkGuest(im); err != nil {
+		return nil, err
+	}
 	p := &probed{image: im}
 	if b.cfg.SharedUser {
 		if p.uid, p.gid, err = ensureUser(ctx, b.cfg.User); err != nil {
@@ -141,6 +144,21 @@ func (b *Backend) doProbe(ctx context.Context) (*probed, error) {
 		b.cfg.Logger.Info("microvm: falling back", "accel", p.accel, "because", strings.Join(why, "; "))
 	}
 	return p, nil
+}
+
+// checkGuest refuses an image whose guest is not this node's (Config.Guest).
+func (b *Backend) checkGuest(im *vmimage.Image) error {
+	if b.cfg.Guest == "" {
+		return nil
+	}
+	d, err := vmimage.FileDigest(b.cfg.Guest)
+	if err != nil {
+		return fmt.Errorf("microvm: this node's wovyr-guest: %w", err)
+	}
+	if im.GuestDigest != d {
+		return fmt.Errorf("microvm: the image in %s carries another wovyr-guest than this node's %s (an image built by another wovyr, or before guests were recorded): rebuild it with `wovyr image build microvm`", im.Dir, b.cfg.Guest)
+	}
+	return nil
 }
 
 func (b *Backend) accelCandidates() []vmm.Accel {

@@ -20,6 +20,12 @@ type Config struct {
 	// ImageDir is the built image (wovyr image build microvm); zero: the
 	// default above.
 	ImageDir string
+	// Guest is this node's wovyr-guest binary. When set, an image whose
+	// initramfs carries another guest (one built by another wovyr) is
+	// unavailable with a reason that says to rebuild it: its agent would
+	// speak another version of the protocol and the battery would judge
+	// the wrong guest. Empty: no check.
+	Guest string
 	// VMM starts the VMs; zero: QEMU from PATH.
 	VMM vmm.VMM
 	// Accel forces "kvm" or "tcg" (still verified by a probe boot); zero:

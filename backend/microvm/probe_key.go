@@ -35,6 +35,9 @@ func (b *Backend) ProbeKey() string {
 	if b.cfg.SharedUser {
 		k.File("/etc/passwd").File("/etc/group")
 	}
+	if b.cfg.Guest != "" {
+		k.File(b.cfg.Guest)
+	}
 	c := b.cfg
 	return k.Add(c.StateDir, c.ImageDir, c.Accel, c.KVMProbeTimeout, c.BootTimeout, c.SharedUser, c.User,
 		c.UIDBase, c.UIDCount, c.Warm, c.VCPUs, c.GuestOverhead, c.ExtraCmdline, c.Network != nil, c.weak).String()
@@ -52,6 +55,9 @@ func (b *Backend) Adopt(ctx context.Context, capa sandbox.Capability) error {
 	if err != nil {
 		return err
 	}
+	// The guest check (checkGuest) is not repeated: the key covers the
+	// guest's file and the image's, so an answer stored as available was
+	// for this very pair.
 	if im.KernelRelease != guest {
 		return fmt.Errorf("microvm: image has guest kernel %s, the stored probe %s", im.KernelRelease, guest)
 	}

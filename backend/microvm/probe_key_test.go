@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,3 +114,67 @@ func TestProbeKeyFollowsTheImage(t *testing.T) {
 
 // fakeVMM is a VMM that is not QEMU; its methods are never called.
 type fakeVMM struct{ vmm.VMM }
+
+// TestImageOfAnotherGuestIsUnavailable: an image whose initramfs carries a
+// guest other than the node's (built by another wovyr, or before guests
+// were recorded) is refused at the probe with the command that fixes it,
+// not judged by the battery.
+func TestImageOfAnotherGuestIsUnavailable(t *testing.T) {
+	dir := t.TempDir()
+	guest := filepath.Join(t.TempDir(), "wovyr-guest")
+	if err := os.WriteFile(guest, []byte("this node's guest"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want, err := vmimage.FileDigest(guest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{StateDir: t.TempDir(), ImageDir: dir, Guest: guest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		digest string
+		ok     bool
+	}{{want, true}, {"", false}, {strings.Repeat("0", 64), false}} {
+		err := b.checkGuest(&vmimage.Image{Dir: dir, GuestDigest: tc.digest})
+		if tc.ok != (err == nil) || (err != nil && !strings.Contains(err.Error(), "rebuild it with `wovyr image build microvm`")) {
+			t.Errorf("guest digest %q: %v", tc.digest, err)
+		}
+	}
+	if err := (&Backend{cfg: Config{}}).checkGuest(&vmimage.Image{}); err != nil {
+		t.Errorf("no Config.Guest: %v, want no check", err)
+	}
+	k0 := b.ProbeKey()
+	if err := os.WriteFile(guest, []byte("a rebuilt guest"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if b.ProbeKey() == k0 {
+		t.Error("a rebuilt guest kept the probe key")
+	}
+}
+
+// TestBuiltImageRecordsItsGuest: a built image names the guest it carries,
+// and a backend given that guest accepts it (the shared test backend boots
+// it).
+func TestBuiltImageRecordsItsGuest(t *testing.T) {
+	e := env.Get(t)
+	want, err := vmimage.FileDigest(e.Guest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := vmimage.Load(e.Image.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if im.GuestDigest != want {
+		t.Fatalf("image records guest %q, the guest is %q", im.GuestDigest, want)
+	}
+	b, err := New(Config{StateDir: t.TempDir(), ImageDir: e.Image.Dir, Guest: e.Guest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.checkGuest(im); err != nil {
+		t.Fatal(err)
+	}
+}

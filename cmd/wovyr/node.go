@@ -118,7 +118,7 @@ func newNode(g *globals, log *slog.Logger, o nodeOptions) (*node, error) {
 		n.oci = append(n.oci, b)
 		n.backends = append(n.backends, b)
 	}
-	if n.microvm, err = microvm.New(microvm.Config{StateDir: g.stateDir, Logger: n.log, Network: network, Warm: o.pooled}); err != nil {
+	if n.microvm, err = microvm.New(microvm.Config{StateDir: g.stateDir, Guest: g.guest, Logger: n.log, Network: network, Warm: o.pooled}); err != nil {
 		return nil, err
 	}
 	n.backends = append(n.backends, n.microvm)
