@@ -133,27 +133,24 @@ type FloorError struct {
 }
 
 func (e *FloorError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "floor-unmet: no usable backend at or above %s for a %s workload", e.Required, e.Kind)
-	if len(e.Rejections) == 0 {
-		b.WriteString(": no backend is registered at that strength")
-	}
-	for _, r := range e.Rejections {
-		fmt.Fprintf(&b, "; %s: %s", r.Backend, r.Reason)
-	}
-	return b.String()
+	return e.render(func(r Rejection) string { return r.Reason })
 }
 
 // Public is the tenant's rendering: each backend's Summary instead of its
 // Reason.
 func (e *FloorError) Public() string {
+	return e.render(func(r Rejection) string { return cmp.Or(r.Summary, summaryUnusable) })
+}
+
+// render writes the refusal with why(r) for each rejected backend.
+func (e *FloorError) render(why func(Rejection) string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "floor-unmet: no usable backend at or above %s for a %s workload", e.Required, e.Kind)
 	if len(e.Rejections) == 0 {
 		b.WriteString(": no backend is registered at that strength")
 	}
 	for _, r := range e.Rejections {
-		fmt.Fprintf(&b, "; %s: %s", r.Backend, cmp.Or(r.Summary, summaryUnusable))
+		fmt.Fprintf(&b, "; %s: %s", r.Backend, why(r))
 	}
 	return b.String()
 }

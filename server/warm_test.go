@@ -56,9 +56,11 @@ type gatedBackend struct {
 	gate chan struct{}
 }
 
-func (g *gatedBackend) Name() string                  { return "container" }
-func (g *gatedBackend) Strength() sandbox.Strength    { return sandbox.Container }
-func (g *gatedBackend) Kinds() []sandbox.WorkloadKind { return []sandbox.WorkloadKind{sandbox.KindCommand} }
+func (g *gatedBackend) Name() string               { return "container" }
+func (g *gatedBackend) Strength() sandbox.Strength { return sandbox.Container }
+func (g *gatedBackend) Kinds() []sandbox.WorkloadKind {
+	return []sandbox.WorkloadKind{sandbox.KindCommand}
+}
 func (g *gatedBackend) Probe(context.Context) sandbox.Capability {
 	return sandbox.Capability{Available: true, Version: "gated-1", ConfigHash: "h"}
 }

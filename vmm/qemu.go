@@ -244,7 +244,7 @@ func (q *QEMU) Start(ctx context.Context, s *Spec) (Machine, error) {
 	if keep == 0 {
 		keep = 64 << 10
 	}
-	m := &machine{cg: cg, done: make(chan struct{}), console: sandbox.NewSharedCapped(keep), log: q.logger().With("vm", s.ID)}
+	m := &machine{cg: cg, console: sandbox.NewSharedCapped(keep), log: q.logger().With("vm", s.ID)}
 	files, ports, err := openFiles(s)
 	if err != nil {
 		return fail(err, "open VM files")
@@ -272,12 +272,8 @@ func (q *QEMU) Start(ctx context.Context, s *Spec) (Machine, error) {
 	if err != nil {
 		return fail(err, "start "+argv[0])
 	}
-	m.cmd = cmd
+	m.cmd, m.child = cmd, child
 	m.started = time.Now()
-	go func() {
-		m.waitErr = child.Wait()
-		close(m.done)
-	}()
 	if cg != nil {
 		// QEMU has only parsed its arguments by now; everything it allocates
 		// for the guest is charged to the cgroup.
@@ -310,9 +306,8 @@ func (q *QEMU) argv(s *Spec) ([]string, error) {
 
 type machine struct {
 	cmd      *exec.Cmd
+	child    *childproc.Child // QEMU's process: Done once it is reaped
 	cg       *cgroup.Group
-	done     chan struct{}
-	waitErr  error
 	console  *sandbox.SharedCapped
 	ports    map[string]net.Conn
 	log      *slog.Logger
@@ -322,7 +317,7 @@ type machine struct {
 }
 
 func (m *machine) Pid() int              { return m.cmd.Process.Pid }
-func (m *machine) Done() <-chan struct{} { return m.done }
+func (m *machine) Done() <-chan struct{} { return m.child.Done() }
 func (m *machine) Console() []byte       { return m.console.Bytes() }
 func (m *machine) Port(name string) net.Conn {
 	return m.ports[name]
@@ -336,8 +331,8 @@ func (m *machine) closePorts() {
 
 func (m *machine) Wait(ctx context.Context) error {
 	select {
-	case <-m.done:
-		return m.waitErr
+	case <-m.child.Done():
+		return m.child.Wait()
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -356,11 +351,11 @@ func (m *machine) Kill() error {
 	m.killOnce.Do(func() {
 		var errs []error
 		select {
-		case <-m.done:
+		case <-m.child.Done():
 		default:
 			_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
 			select {
-			case <-m.done:
+			case <-m.child.Done():
 			case <-time.After(10 * time.Second):
 				errs = append(errs, fmt.Errorf("vmm: pid %d did not exit after SIGKILL", m.cmd.Process.Pid))
 			}

@@ -2,13 +2,11 @@ package microvm
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/sandbox/sandboxtest"
 )
 
 // TestSelfTracingJob is issue #25 item 1's reproducer in a microVM: a
@@ -16,16 +14,7 @@ import (
 // deadline with no output; it must keep its exit code (7) and its output.
 func TestSelfTracingJob(t *testing.T) {
 	b := backend(t)
-	bin := filepath.Join(t.TempDir(), "traceme")
-	build := exec.Command("go", "build", "-o", bin, "../../agent/testdata/traceme")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build traceme: %v\n%s", err, out)
-	}
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := sandboxtest.Traceme(t)
 	ctx := context.Background()
 	s, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
 	if err != nil {

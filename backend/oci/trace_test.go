@@ -1,13 +1,11 @@
 package oci
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/sandbox/sandboxtest"
 )
 
 // TestSelfTracingJob is issue #25 item 1's reproducer on container and
@@ -16,16 +14,7 @@ import (
 // It ended with exit code -1 and cut output (container) or a sandbox that
 // no longer answered (gVisor).
 func TestSelfTracingJob(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "traceme")
-	build := exec.Command("go", "build", "-o", bin, "../../agent/testdata/traceme")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build traceme: %v\n%s", err, out)
-	}
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := sandboxtest.Traceme(t)
 	for name, b := range newBackendsBothModes(t) {
 		t.Run(name, func(t *testing.T) {
 			inv := cmd("/bin/sh", "-c", "chmod +x tool && exec ./tool")

@@ -69,27 +69,18 @@ func nativeBench(ctx context.Context, nd *node, n int) ([]benchmark.Row, error) 
 	inv := &sandbox.Invocation{Tenant: "bench", Policy: sandbox.Policy{Trust: sandbox.Trusted},
 		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: []string{"/bin/true"}}}
 	rawTrue := func() error { return exec.Command("/bin/true").Run() }
-	check := func(res *sandbox.Result, err error) error {
-		if err != nil {
-			return err
-		}
-		if res.Class != sandbox.OK || res.ExitCode != 0 {
-			return fmt.Errorf("class %q exit %d", res.Class, res.ExitCode)
-		}
-		return nil
-	}
 	// Prepared ahead, as a pool holds them (benchmark.Warm): the run is what
 	// an invocation waits for.
 	warm := benchmark.NewWarm(ctx, b, sandbox.Template{Kind: sandbox.KindCommand}, benchPoolSize)
 	defer warm.Close()
-	prepared := func() error { return check(warm.Take().Run(ctx, inv)) }
+	prepared := func() error { return resultErr(warm.Take().Run(ctx, inv)) }
 	cold := func() error {
 		sb, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
 		if err != nil {
 			return err
 		}
 		defer sb.Destroy(ctx)
-		return check(sb.Run(ctx, inv))
+		return resultErr(sb.Run(ctx, inv))
 	}
 	var rows []benchmark.Row
 	for _, p := range []benchmark.Pair{
@@ -103,4 +94,15 @@ func nativeBench(ctx context.Context, nd *node, n int) ([]benchmark.Row, error) 
 		rows = append(rows, r)
 	}
 	return rows, nil
+}
+
+// resultErr is err, or why res is not a clean zero exit.
+func resultErr(res *sandbox.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	if res.Class != sandbox.OK || res.ExitCode != 0 {
+		return fmt.Errorf("class %q exit %d: %s", res.Class, res.ExitCode, res.Error)
+	}
+	return nil
 }

@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"text/tabwriter"
 
-	"github.com/wovyr/wovyr/backend/oci"
 	"github.com/wovyr/wovyr/benchmark"
 )
 
@@ -79,7 +78,7 @@ func cliBench(ctx context.Context, g *globals, nd *node, n int, out io.Writer) e
 		}
 		defer peer.Close()
 		add("wovyr run --backend "+b.Name()+" -- /bin/true", wovyr("run", "--backend", b.Name(), "--", "/bin/true"),
-			peer.Runtime()+" run (bundle of the same spec)", peerRun(peer))
+			peer.Runtime()+" run (bundle of the same spec)", peer.Run)
 	}
 	add("wovyr backends (stored probes)", wovyr("backends"),
 		"/bin/true", func() error { return runProcess([]string{"/bin/true"}, nil) })
@@ -101,18 +100,6 @@ func cliBench(ctx context.Context, g *globals, nd *node, n int, out io.Writer) e
 		fmt.Fprintf(tw, "| %s\t| %.1f MiB\t| %.1f MiB |\n", c.pair.Name, float64(median(c.rss))/1024, float64(slices.Max(c.rss))/1024)
 	}
 	return tw.Flush()
-}
-
-// peerRun runs the peer's bundle as its own process.
-func peerRun(p *oci.Peer) func() error {
-	return func() error {
-		cmd, done := p.Command()
-		defer done()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("%s: %w: %s", p.Runtime(), err, out)
-		}
-		return nil
-	}
 }
 
 // runProcess runs argv to a zero exit, its output discarded, and appends

@@ -140,16 +140,6 @@ func benchInvocation(kind sandbox.WorkloadKind, s sandbox.Strength) *sandbox.Inv
 	return inv
 }
 
-func resultErr(res *sandbox.Result, err error) error {
-	if err != nil {
-		return err
-	}
-	if res.Class != sandbox.OK || res.ExitCode != 0 {
-		return fmt.Errorf("class %q exit %d: %s", res.Class, res.ExitCode, res.Error)
-	}
-	return nil
-}
-
 // benchDaemon is a `wovyr serve` child process for a benchmark.
 type benchDaemon struct {
 	cmd  *exec.Cmd
