@@ -93,6 +93,10 @@ func serveWarm(ctx context.Context, setupErr error) error {
 		var rep VMReply
 		if len(job.Argv) == 0 {
 			rep = VMReply{Reply: Reply{ID: job.ID}, Boot: uptime()}
+			if setupErr == nil && job.Thaw != nil {
+				setupErr = thaw(job.Thaw) // a clone that cannot thaw runs nothing
+				rep.Clock = time.Now()
+			}
 			if setupErr != nil {
 				rep.Setup = setupErr.Error()
 			}

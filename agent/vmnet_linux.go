@@ -137,22 +137,45 @@ func (r *rtnl) linkUp(index int) error {
 }
 
 func (r *rtnl) addAddr(index int, n VMNet) error {
+	return r.do(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_EXCL, addrMsg(index, n))
+}
+
+func (r *rtnl) delAddr(index int, n VMNet) error {
+	return r.do(unix.RTM_DELADDR, 0, addrMsg(index, n))
+}
+
+func addrMsg(index int, n VMNet) []byte {
 	b := []byte{unix.AF_INET, byte(n.Addr.Bits()), 0, unix.RT_SCOPE_UNIVERSE, 0, 0, 0, 0}
 	binary.NativeEndian.PutUint32(b[4:], uint32(index))
 	ip := n.Addr.Addr().AsSlice()
 	b = rtattr(b, unix.IFA_LOCAL, ip)
-	b = rtattr(b, unix.IFA_ADDRESS, ip)
-	return r.do(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_EXCL, b)
+	return rtattr(b, unix.IFA_ADDRESS, ip)
+}
+
+// setMAC sets the link's hardware address (virtio-net passes it to the
+// device over its control queue).
+func (r *rtnl) setMAC(index int, mac net.HardwareAddr) error {
+	b := make([]byte, unix.SizeofIfInfomsg)
+	binary.NativeEndian.PutUint32(b[4:], uint32(index))
+	b = rtattr(b, unix.IFLA_ADDRESS, mac)
+	return r.do(unix.RTM_NEWLINK, 0, b)
 }
 
 func (r *rtnl) addDefaultRoute(index int, n VMNet) error {
+	return r.do(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, routeMsg(index, n))
+}
+
+func (r *rtnl) replaceDefaultRoute(index int, n VMNet) error {
+	return r.do(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, routeMsg(index, n))
+}
+
+func routeMsg(index int, n VMNet) []byte {
 	b := make([]byte, unix.SizeofRtMsg)
 	b[0], b[4], b[5], b[6], b[7] = unix.AF_INET, unix.RT_TABLE_MAIN, unix.RTPROT_BOOT, unix.RT_SCOPE_UNIVERSE, unix.RTN_UNICAST
 	b = rtattr(b, unix.RTA_GATEWAY, n.Gateway.AsSlice())
 	oif := make([]byte, 4)
 	binary.NativeEndian.PutUint32(oif, uint32(index))
-	b = rtattr(b, unix.RTA_OIF, oif)
-	return r.do(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, b)
+	return rtattr(b, unix.RTA_OIF, oif)
 }
 
 func rtattr(b []byte, typ uint16, data []byte) []byte {

@@ -48,7 +48,33 @@ type VMJob struct {
 	Job
 	Memory int64 `json:"memory,omitempty"` // bytes for the job's cgroup; zero: the VM's RAM bounds it
 	Pids   int   `json:"pids,omitempty"`   // tasks in the job's cgroup; zero: unbounded inside the VM
+	// Thaw, on a job without Argv, makes a clone restored from a golden
+	// snapshot its own before any job: see Thaw.
+	Thaw *Thaw `json:"thaw,omitempty"`
 }
+
+// Thaw is what a clone needs from the host to stop being a copy of its
+// golden snapshot. Every clone of one golden resumes with the same kernel
+// RNG state (the kernel reseeds only every 60 s, and -M microvm has no
+// vmgenid), the same wall clock, boot_id and machine-id, and the golden's
+// network address: the guest mixes Entropy into its RNG and forces a
+// reseed, sets the clock, gives the workload root a fresh machine-id and
+// boot_id, and readdresses its NIC for the clone's own egress slot.
+type Thaw struct {
+	Entropy   []byte    `json:"entropy"`    // at least MinThawEntropy host-random bytes
+	Clock     time.Time `json:"clock"`      // the host's wall clock as it sent the thaw
+	MachineID string    `json:"machine_id"` // 32 lowercase hex digits
+	BootID    string    `json:"boot_id"`    // a random UUID, as the kernel writes it
+	// Net and MAC are the clone's network (VMNet.String) and NIC address;
+	// empty for a VM without a NIC. Golden is the network it was captured
+	// with, which the guest removes.
+	Net    string `json:"net,omitempty"`
+	Golden string `json:"golden_net,omitempty"`
+	MAC    string `json:"mac,omitempty"`
+}
+
+// MinThawEntropy is the least entropy a thaw may carry: 256 bits.
+const MinThawEntropy = 32
 
 // VMReply is a Reply plus what only the guest kernel knows.
 type VMReply struct {
@@ -59,6 +85,8 @@ type VMReply struct {
 	Setup string `json:"setup,omitempty"`
 	// Boot is the guest's uptime when it took the job.
 	Boot time.Duration `json:"boot,omitempty"`
+	// Clock is the guest's wall clock after a thaw: the host checks it.
+	Clock time.Time `json:"clock,omitzero"`
 }
 
 // ReadDiskFrame reads one frame from the start of a disk of size bytes. A

@@ -68,16 +68,17 @@ func (q *QEMU) Version(ctx context.Context) (string, error) {
 // Args is the QEMU command line for s (without the binary). It is exported
 // so the battery can lint it (probe 6).
 func (q *QEMU) Args(s *Spec) []string {
-	cpus, mem := s.CPUs, s.Memory
+	cpus, mem := s.CPUs, s.memory()
 	if cpus == 0 {
 		cpus = 1
 	}
-	if mem == 0 {
-		mem = 256 << 20
+	machine := MachineType
+	if s.RAM != nil {
+		machine += ",memory-backend=ram"
 	}
 	a := []string{
 		"-name", "wovyr-" + s.ID,
-		"-machine", MachineType,
+		"-machine", machine,
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-msg", "timestamp=off",
 		"-smp", strconv.Itoa(cpus),
@@ -137,11 +138,27 @@ func (q *QEMU) Args(s *Spec) []string {
 			"-device", "virtio-net-device,netdev=net0,mac="+s.NIC.MAC.String())
 		fd++
 	}
+	if s.RAM != nil {
+		share := "off"
+		if s.SharedRAM {
+			share = "on"
+		}
+		a = append(a, "-object", "memory-backend-file,id=ram,size="+strconv.FormatInt(mem>>20, 10)+"M,mem-path=/proc/self/fd/"+strconv.Itoa(fd)+",share="+share,
+			"-chardev", "socket,id=qmp,fd="+strconv.Itoa(fd+1), "-mon", "chardev=qmp,mode=control")
+		fd += 2
+		if s.Incoming != nil {
+			// Deferred: x-ignore-shared must be set over QMP first
+			// (QEMU 7.2 has no -global for it); Start then names fd
+			// incomingFD in migrate-incoming.
+			a = append(a, "-incoming", "defer")
+		}
+	}
 	return a
 }
 
 // openFiles opens what the VMM gets as descriptors, in Args' order, and
-// returns the host ends of the port socketpairs.
+// returns the host ends of the port socketpairs (and of QMP's, for a VM
+// with Spec.RAM, under the name qmpPort).
 func openFiles(s *Spec) (files []*os.File, ports map[string]net.Conn, err error) {
 	closeAll := func() {
 		for _, f := range files {
@@ -150,6 +167,30 @@ func openFiles(s *Spec) (files []*os.File, ports map[string]net.Conn, err error)
 		for _, c := range ports {
 			c.Close()
 		}
+	}
+	dup := func(f *os.File, name string) error {
+		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("vmm: dup %s: %w", name, err)
+		}
+		files = append(files, os.NewFile(uintptr(fd), name))
+		return nil
+	}
+	socketpair := func(name string) error {
+		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("vmm: socketpair: %w", err)
+		}
+		host := os.NewFile(uintptr(fds[0]), "wovyr-port-host")
+		c, err := net.FileConn(host)
+		host.Close()
+		if err != nil {
+			syscall.Close(fds[1])
+			return fmt.Errorf("vmm: port %s: %w", name, err)
+		}
+		ports[name] = c
+		files = append(files, os.NewFile(uintptr(fds[1]), "wovyr-port-vmm"))
+		return nil
 	}
 	open := func(path string, flag int) error {
 		f, err := os.OpenFile(path, flag|syscall.O_CLOEXEC, 0)
@@ -182,33 +223,37 @@ func openFiles(s *Spec) (files []*os.File, ports map[string]net.Conn, err error)
 	}
 	ports = map[string]net.Conn{}
 	for _, p := range s.Ports {
-		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-		if err != nil {
+		if err := socketpair(p.Name); err != nil {
 			closeAll()
-			return nil, nil, fmt.Errorf("vmm: socketpair: %w", err)
+			return nil, nil, err
 		}
-		host := os.NewFile(uintptr(fds[0]), "wovyr-port-host")
-		c, err := net.FileConn(host)
-		host.Close()
-		if err != nil {
-			syscall.Close(fds[1])
-			closeAll()
-			return nil, nil, fmt.Errorf("vmm: port %s: %w", p.Name, err)
-		}
-		ports[p.Name] = c
-		files = append(files, os.NewFile(uintptr(fds[1]), "wovyr-port-vmm"))
 	}
+	// Duplicates: Start closes its copies once QEMU holds them.
 	if s.NIC != nil {
-		// A duplicate: Start closes its copies once QEMU holds them.
-		fd, err := unix.FcntlInt(s.NIC.Tap.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err := dup(s.NIC.Tap, "wovyr-tap"); err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+	}
+	if s.RAM != nil {
+		err := dup(s.RAM, "wovyr-ram")
+		if err == nil {
+			err = socketpair(qmpPort)
+		}
+		if err == nil && s.Incoming != nil {
+			err = dup(s.Incoming, "wovyr-incoming")
+		}
 		if err != nil {
 			closeAll()
-			return nil, nil, fmt.Errorf("vmm: dup tap: %w", err)
+			return nil, nil, err
 		}
-		files = append(files, os.NewFile(uintptr(fd), "wovyr-tap"))
 	}
 	return files, ports, nil
 }
+
+// qmpPort is QMP's key among openFiles' ports: no virtio-serial port can
+// have it (portRE).
+const qmpPort = ""
 
 // escapeOpt doubles commas, QEMU's option-value escape.
 func escapeOpt(s string) string { return strings.ReplaceAll(s, ",", ",,") }
@@ -249,8 +294,13 @@ func (q *QEMU) Start(ctx context.Context, s *Spec) (Machine, error) {
 	if err != nil {
 		return fail(err, "open VM files")
 	}
+	if c, ok := ports[qmpPort]; ok {
+		delete(ports, qmpPort)
+		m.qmpConn = c
+	}
 	m.ports = ports
 	undo = append(undo, m.closePorts)
+	incoming := 3 + len(files) - 1 // Spec.Incoming's descriptor in the VMM, when it has one
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.ExtraFiles = files
 	cmd.Env = []string{} // nothing of wovyr's environment reaches the VMM
@@ -282,8 +332,98 @@ func (q *QEMU) Start(ctx context.Context, s *Spec) (Machine, error) {
 			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "limit the VMM")
 		}
 	}
-	m.log.Debug("vm started", "pid", cmd.Process.Pid, "accel", s.Accel)
+	if s.RAM != nil {
+		if err := m.startQMP(ctx, s, incoming); err != nil {
+			m.Kill()
+			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s", tailLine(m.console.Bytes()))
+		}
+	}
+	m.log.Debug("vm started", "pid", cmd.Process.Pid, "accel", s.Accel, "restored", s.Incoming != nil)
 	return m, nil
+}
+
+// qmpTimeout bounds one QMP exchange when the caller's context has no
+// sooner deadline.
+const qmpTimeout = 10 * time.Second
+
+func qmpDeadline(ctx context.Context) time.Time {
+	d := time.Now().Add(qmpTimeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		return cd
+	}
+	return d
+}
+
+// startQMP greets the VMM's monitor and, for a restore, starts reading the
+// incoming stream from descriptor fd; the guest runs once it is read.
+func (m *machine) startQMP(ctx context.Context, s *Spec, fd int) error {
+	deadline := qmpDeadline(ctx)
+	q, err := newQMP(m.qmpConn, deadline)
+	if err != nil {
+		return err
+	}
+	m.qmp, m.sharedRAM = q, s.SharedRAM
+	if s.Incoming == nil {
+		return nil
+	}
+	if err := q.ignoreShared(deadline); err != nil {
+		return err
+	}
+	return q.do(deadline, "migrate-incoming", map[string]any{"uri": "fd:" + strconv.Itoa(fd)}, nil, nil)
+}
+
+// Save implements Machine: migrate to w with x-ignore-shared, so the stream
+// holds device state only, and wait until QEMU reports it complete.
+func (m *machine) Save(ctx context.Context, w *os.File) error {
+	if m.qmp == nil || !m.sharedRAM {
+		// A clone's RAM is private: saving it would make a golden of
+		// memory a tenant may have run in.
+		return errors.New("vmm: only a machine with shared RAM (Spec.RAM, SharedRAM) can be saved")
+	}
+	m.qmpMu.Lock()
+	defer m.qmpMu.Unlock()
+	deadline := qmpDeadline(ctx)
+	q := m.qmp
+	if err := q.ignoreShared(deadline); err != nil {
+		return err
+	}
+	if err := q.do(deadline, "getfd", map[string]any{"fdname": "snapshot"}, w, nil); err != nil {
+		return err
+	}
+	if err := q.do(deadline, "migrate", map[string]any{"uri": "fd:snapshot"}, nil, nil); err != nil {
+		return err
+	}
+	for {
+		var st struct {
+			Status string `json:"status"`
+			Error  string `json:"error-desc"`
+		}
+		if err := q.do(deadline, "query-migrate", nil, nil, &st); err != nil {
+			return err
+		}
+		switch st.Status {
+		case "completed":
+			return nil
+		case "failed", "cancelled":
+			return fmt.Errorf("vmm: snapshot %s: %s", st.Status, st.Error)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-m.child.Done():
+			return fmt.Errorf("vmm: the VMM exited during the snapshot: %s", tailLine(m.console.Bytes()))
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// tailLine is the console's last line, for a failure QEMU explains there.
+func tailLine(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return s
 }
 
 // argv is the full command: QEMU by absolute path, behind the prlimit
@@ -305,15 +445,19 @@ func (q *QEMU) argv(s *Spec) ([]string, error) {
 }
 
 type machine struct {
-	cmd      *exec.Cmd
-	child    *childproc.Child // QEMU's process: Done once it is reaped
-	cg       *cgroup.Group
-	console  *sandbox.SharedCapped
-	ports    map[string]net.Conn
-	log      *slog.Logger
-	started  time.Time
-	killOnce sync.Once
-	killErr  error
+	cmd       *exec.Cmd
+	child     *childproc.Child // QEMU's process: Done once it is reaped
+	cg        *cgroup.Group
+	console   *sandbox.SharedCapped
+	ports     map[string]net.Conn
+	qmpConn   net.Conn // Spec.RAM only: the monitor's host end
+	qmpMu     sync.Mutex
+	qmp       *qmp
+	sharedRAM bool
+	log       *slog.Logger
+	started   time.Time
+	killOnce  sync.Once
+	killErr   error
 }
 
 func (m *machine) Pid() int              { return m.cmd.Process.Pid }
@@ -326,6 +470,9 @@ func (m *machine) Port(name string) net.Conn {
 func (m *machine) closePorts() {
 	for _, c := range m.ports {
 		c.Close()
+	}
+	if m.qmpConn != nil {
+		m.qmpConn.Close()
 	}
 }
 

@@ -92,6 +92,19 @@ type Spec struct {
 	// battery's weakened positive control). Zero: sandboxed.
 	NoSandbox bool
 	Limits    Limits
+	// RAM, if set, backs guest RAM with this memfd (a memory-backend-file
+	// on /proc/self/fd, so QEMU opens no path of wovyr's) and gives the VM
+	// a QMP channel on a socketpair (Machine.Save). Shared, the guest's
+	// writes land in it: a golden capture. Private (the default), they are
+	// copy-on-write in the VMM and never reach it: a clone, whose golden
+	// memfd is sealed against writes besides (package snapshot). Its size
+	// must be Memory.
+	RAM       *os.File
+	SharedRAM bool
+	// Incoming restores the VM from this migration stream — device state
+	// only; RAM is RAM's content — instead of booting the kernel. It needs
+	// RAM.
+	Incoming *os.File
 }
 
 // idRE and portRE are compiled on first use: most wovyr processes start
@@ -122,10 +135,38 @@ func (s *Spec) Validate() error {
 			return fmt.Errorf("vmm: port %q must match %s", p.Name, portRE())
 		}
 	}
+	if err := s.validateRAM(); err != nil {
+		return err
+	}
 	if s.NIC != nil {
 		return s.NIC.validate()
 	}
 	return nil
+}
+
+func (s *Spec) validateRAM() error {
+	if s.RAM == nil {
+		if s.SharedRAM || s.Incoming != nil {
+			return fmt.Errorf("vmm: shared RAM and an incoming stream need Spec.RAM")
+		}
+		return nil
+	}
+	st, err := s.RAM.Stat()
+	if err != nil {
+		return fmt.Errorf("vmm: RAM: %w", err)
+	}
+	if st.Size() != s.memory() {
+		return fmt.Errorf("vmm: RAM file holds %d bytes; the guest has %d", st.Size(), s.memory())
+	}
+	return nil
+}
+
+// memory is the guest's RAM in bytes.
+func (s *Spec) memory() int64 {
+	if s.Memory == 0 {
+		return 256 << 20
+	}
+	return s.Memory
 }
 
 // NIC is a virtio-net device on the microvm's virtio-mmio bus whose host
@@ -176,4 +217,9 @@ type Machine interface {
 	Console() []byte
 	// Port returns the host end of the named virtio-serial port, or nil.
 	Port(name string) net.Conn
+	// Save stops the guest and writes its device state to w, the stream a
+	// clone's Spec.Incoming restores; guest RAM is in Spec.RAM, which must
+	// be shared. The machine stays paused until killed. A machine without
+	// Spec.RAM cannot be saved.
+	Save(ctx context.Context, w *os.File) error
 }

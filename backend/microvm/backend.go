@@ -25,6 +25,9 @@ type Backend struct {
 	probe *probed // the first successful probe; the accelerator never changes under a running wovyr
 
 	bat batteryCache // what battery probes share per backend (Suite)
+
+	goldMu  sync.Mutex         // serialises golden lookups and captures
+	goldens map[string]*golden // by key ID: the goldens this process holds
 }
 
 type probed struct {
@@ -90,6 +93,9 @@ func (b *Backend) Probe(ctx context.Context) sandbox.Capability {
 	}
 	b.probe = p
 	b.cfg.Logger.Info("microvm probe", "accel", p.accel, "version", p.cap.Version)
+	if err := b.reconcileSnapshots(p); err != nil {
+		b.cfg.Logger.Warn("microvm: golden snapshots", "err", err)
+	}
 	return p.cap
 }
 

@@ -170,8 +170,20 @@ func lintArgv(proc string) []string {
 			if i+1 >= len(args) || !tapNetdevRE.MatchString(args[i+1]) {
 				bad = append(bad, "a -netdev other than a tap by descriptor")
 			}
-		case "-nic", "-net", "-monitor", "-qmp", "-gdb", "-s", "-incoming", "-virtfs", "-fsdev":
+		case "-nic", "-net", "-monitor", "-qmp", "-gdb", "-s", "-virtfs", "-fsdev":
 			bad = append(bad, "has "+a)
+		case "-incoming":
+			// A clone reads its golden's state from a descriptor named
+			// over QMP later; never a listening socket or a command.
+			if i+1 >= len(args) || args[i+1] != "defer" {
+				bad = append(bad, "an -incoming other than defer")
+			}
+		case "-mon":
+			// The QMP channel of a snapshot-capable VM: on a socketpair
+			// (the socket chardev rule below), wovyr's end only.
+			if i+1 >= len(args) || args[i+1] != "chardev=qmp,mode=control" {
+				bad = append(bad, "a -mon other than QMP on its socketpair")
+			}
 		}
 		if (strings.Contains(a, "virtio-net") && !nicDeviceRE.MatchString(a)) || strings.Contains(a, "vhost") {
 			bad = append(bad, "a network device: "+a)

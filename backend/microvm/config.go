@@ -129,3 +129,5 @@ func (c Config) bootTimeout(a vmm.Accel) time.Duration {
 		return 60 * time.Second
 	}
 }
+
+func snapshotsDir(stateDir string) string { return filepath.Join(stateDir, "snapshots") }

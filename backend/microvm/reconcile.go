@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/wovyr/wovyr/snapshot"
 	"github.com/wovyr/wovyr/vmm"
 )
 
@@ -38,6 +39,12 @@ func Reconcile(ctx context.Context, stateDir string) error {
 		if err := os.RemoveAll(e); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	// Golden snapshots a dead process was building.
+	if store, err := snapshot.Open(snapshotsDir(stateDir)); err != nil {
+		errs = append(errs, err)
+	} else if _, err := store.Reconcile("microvm", nil); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/snapshot"
 	"github.com/wovyr/wovyr/vmimage"
 	"github.com/wovyr/wovyr/vmm"
 )
@@ -38,12 +39,14 @@ type vmSandbox struct {
 	dir   string // per-VM directory, removed by Destroy
 	tmpl  sandbox.Template
 	limit sandbox.Limits // the template's limits with defaults
+	warm  bool           // its VM runs and serves the control port (Config.Warm, or a clone)
 
 	mu      sync.Mutex
 	st      state
 	m       vmm.Machine // warm: the running VM
 	conn    net.Conn    // warm: the control port
 	readyAt time.Duration
+	skew    time.Duration // a clone: its clock at thaw against the host's (the round trip's midpoint)
 
 	net        *vmNet // the VM's egress slot and tap; nil: no NIC
 	uid, gid   uint32
@@ -54,17 +57,33 @@ type vmSandbox struct {
 // Prepare implements sandbox.Backend: the per-VM directory and scratch
 // disk, and for a warm backend the booted VM whose agent has answered.
 func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.Sandbox, error) {
+	p, err := b.preparable(ctx, tmpl)
+	if err != nil {
+		return nil, err
+	}
+	return b.prepare(ctx, p, tmpl, boot{warm: b.cfg.Warm})
+}
+
+// preparable checks tmpl and returns the probe a sandbox for it needs.
+func (b *Backend) preparable(ctx context.Context, tmpl sandbox.Template) (*probed, error) {
 	if tmpl.Kind != sandbox.KindCommand {
 		return nil, sandbox.Errorf(sandbox.BadInput, "kind", "the microvm backend runs command workloads, not %q", tmpl.Kind)
 	}
 	if err := checkImage(tmpl.Image); err != nil {
 		return nil, err
 	}
-	p, err := b.probed(ctx)
-	if err != nil {
-		return nil, err
-	}
-	s := &vmSandbox{b: b, p: p, id: randomID(), tmpl: tmpl, limit: tmpl.Limits.WithDefaults()}
+	return b.probed(ctx)
+}
+
+// boot says how prepare brings a sandbox's VM up.
+type boot struct {
+	warm   bool     // boot the VM now and serve over its control port
+	ram    *os.File // a golden capture: guest RAM shared in this memfd
+	golden *golden  // a clone: restore the VM from this golden instead
+}
+
+func (b *Backend) prepare(ctx context.Context, p *probed, tmpl sandbox.Template, how boot) (*vmSandbox, error) {
+	s := &vmSandbox{b: b, p: p, id: randomID(), tmpl: tmpl, limit: tmpl.Limits.WithDefaults(), warm: how.warm || how.golden != nil}
 	s.dir = filepath.Join(vmsDir(b.cfg.StateDir), "wovyr-vm-"+s.id)
 	cleanup := []func(){}
 	undo := func() {
@@ -79,17 +98,26 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "create VM directory")
 	}
 	cleanup = append(cleanup, func() { os.RemoveAll(s.dir) })
+	var err error
 	if s.uid, s.gid, s.releaseUID, err = b.vmUser(p); err != nil {
 		undo()
 		return nil, err
 	}
 	cleanup = append(cleanup, s.releaseUID)
-	if err := vmimage.MakeExt4(ctx, "", s.scratch(), "wovyr-scratch", b.scratchSize(s.limit.Disk)); err != nil {
+	if how.golden != nil {
+		// The guest resumes with the golden's scratch filesystem mounted:
+		// the clone's disk is a copy of it, holding only what the
+		// template's warm-up wrote.
+		err = snapshot.CopyFile(s.scratch(), how.golden.disk.Path(goldenScratch))
+	} else {
+		err = vmimage.MakeExt4(ctx, "", s.scratch(), "wovyr-scratch", b.scratchSize(s.limit.Disk))
+	}
+	if err != nil {
 		undo()
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "scratch disk")
 	}
 	s.reused = s.weakPrepared()
-	if b.cfg.Warm && b.cfg.Network != nil {
+	if s.warm && b.cfg.Network != nil {
 		// A warm VM's NIC exists from boot; its slot denies everything
 		// until Run applies the tenant's policy.
 		if s.net, err = b.newVMNet(ctx); err != nil {
@@ -98,13 +126,17 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 		}
 		cleanup = append(cleanup, func() { s.net.close(context.WithoutCancel(ctx)) })
 	}
-	if b.cfg.Warm {
-		if err := s.bootWarm(ctx); err != nil {
-			undo()
-			return nil, err
-		}
+	switch {
+	case how.golden != nil:
+		err = s.restore(ctx, how.golden)
+	case s.warm:
+		err = s.bootWarm(ctx, how.ram)
 	}
-	b.cfg.Logger.Debug("microvm sandbox prepared", "vm", s.id, "warm", b.cfg.Warm)
+	if err != nil {
+		undo()
+		return nil, err
+	}
+	b.cfg.Logger.Debug("microvm sandbox prepared", "vm", s.id, "warm", s.warm, "clone", how.golden != nil)
 	return s, nil
 }
 
@@ -130,7 +162,7 @@ func (s *vmSandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.
 		}
 		s.mu.Unlock()
 	}()
-	if s.b.cfg.Warm {
+	if s.warm {
 		return s.runWarm(ctx, inv)
 	}
 	return s.runOneShot(ctx, inv)

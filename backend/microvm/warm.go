@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
 
 	"github.com/wovyr/wovyr/agent"
@@ -18,9 +19,9 @@ import (
 // warm guest's reply before it kills the VM.
 const warmGrace = 5 * time.Second
 
-// bootWarm boots the VM sized by the template and waits until its agent
-// answers a ping on the control port: ready means answered, not started.
-func (s *vmSandbox) bootWarm(ctx context.Context) error {
+// warmSpec is the spec of a warm VM, booted or restored: a clone's must
+// match its golden's device for device.
+func (s *vmSandbox) warmSpec() *vmm.Spec {
 	spec := s.b.spec(s.p, s.p.accel, "vm-"+s.id, agent.ModeWarm, s.limit.Memory+s.b.cfg.GuestOverhead)
 	spec.UID, spec.GID = s.uid, s.gid
 	spec.Disks = []vmm.Disk{
@@ -31,15 +32,30 @@ func (s *vmSandbox) bootWarm(ctx context.Context) error {
 	if s.net != nil {
 		s.net.attach(spec)
 	}
+	return spec
+}
+
+// bootDeadline is when a VM that is booting or restoring must answer.
+func (s *vmSandbox) bootDeadline(ctx context.Context) time.Time {
+	deadline := time.Now().Add(s.b.cfg.bootTimeout(s.p.accel))
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	return deadline
+}
+
+// bootWarm boots the VM sized by the template and waits until its agent
+// answers a ping on the control port: ready means answered, not started.
+// With ram, guest RAM lives in that memfd, shared: a golden capture.
+func (s *vmSandbox) bootWarm(ctx context.Context, ram *os.File) error {
+	spec := s.warmSpec()
+	spec.RAM, spec.SharedRAM = ram, ram != nil
 	m, err := s.b.cfg.VMM.Start(ctx, spec)
 	if err != nil {
 		return err
 	}
 	conn := m.Port(agent.PortControl)
-	deadline := time.Now().Add(s.b.cfg.bootTimeout(s.p.accel))
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
+	deadline := s.bootDeadline(ctx)
 	var rep agent.VMReply
 	err = roundTrip(conn, deadline, agent.VMJob{Job: agent.Job{ID: "ready"}}, &rep, 1<<20)
 	if err == nil && rep.ID != "ready" {
@@ -52,18 +68,26 @@ func (s *vmSandbox) bootWarm(ctx context.Context) error {
 		m.Kill()
 		return sandbox.Wrap(sandbox.BackendFailure, err, "warm VM %s did not become ready; console: %s", s.id, tail(m.Console(), 1024))
 	}
-	// Warm the guest up with a no-op exec before any tenant: the first exec
-	// pays for translating the kernel's exec path and paging in the root
-	// disk, and the first job with limits for moving the agent into the
-	// job cgroup (hundreds of ms under TCG). It runs with the template's
-	// limits, as a tenant's job would. Its outcome does not matter.
-	var warmRep agent.VMReply
-	warmJob := vmJob(&sandbox.Invocation{ID: "warmup", Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: []string{"true"}}}, s.limit)
-	if err := roundTrip(conn, deadline, warmJob, &warmRep, 1<<20); err != nil {
+	if err := s.warmUp(conn, deadline); err != nil {
 		m.Kill()
-		return sandbox.Wrap(sandbox.BackendFailure, err, "warm VM %s failed its warm-up job", s.id)
+		return err
 	}
 	s.m, s.conn, s.readyAt = m, conn, rep.Boot
+	return nil
+}
+
+// warmUp runs a no-op exec before any tenant: the first exec pays for
+// translating the kernel's exec path and paging in the root disk, and the
+// first job with limits for moving the agent into the job cgroup (hundreds
+// of ms under TCG, and again in every clone: the translation cache is the
+// VMM process's, not the guest's). It runs with the template's limits, as
+// a tenant's job would. Its outcome does not matter.
+func (s *vmSandbox) warmUp(conn net.Conn, deadline time.Time) error {
+	var rep agent.VMReply
+	job := vmJob(&sandbox.Invocation{ID: "warmup", Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: []string{"true"}}}, s.limit)
+	if err := roundTrip(conn, deadline, job, &rep, 1<<20); err != nil {
+		return sandbox.Wrap(sandbox.BackendFailure, err, "warm VM %s failed its warm-up job", s.id)
+	}
 	return nil
 }
 

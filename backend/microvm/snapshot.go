@@ -1,0 +1,329 @@
+package microvm
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wovyr/wovyr/agent"
+	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/snapshot"
+)
+
+// A microVM golden snapshot (ADR 0015) is a warm VM of one template,
+// captured after its agent answered and its warm-up job ran, before any
+// tenant: guest RAM (a memfd the VM ran in, shared), the device state
+// QEMU's migration wrote with x-ignore-shared (a few tens of KB: RAM is
+// not in it), and the scratch disk as the guest left it. A clone is a new
+// QEMU, unprivileged in its own cgroup like any VM, that maps the golden's
+// RAM privately (copy-on-write; the memfd is sealed against writes, so not
+// even a VMM a guest took over can change what later clones start from),
+// reads the device state, gets a copy of the scratch disk, its own control
+// socketpair and, with egress, its own slot and tap. Before the clone is
+// handed out its agent thaws (agent.Thaw): reseeds the RNG from host
+// entropy, sets the clock, takes a fresh machine-id and boot_id and moves
+// its NIC to the clone's slot.
+
+// The golden's files (snapshot.Build).
+const (
+	goldenRAM     = "ram"          // guest RAM, sparse
+	goldenState   = "state"        // QEMU's device state stream
+	goldenScratch = "scratch.ext4" // the scratch disk at capture
+	goldenInfo    = "golden.json"  // goldenMeta
+)
+
+// goldenMeta is what a clone needs beyond the files: the network the
+// golden was captured with, which its guest removes at thaw.
+type goldenMeta struct {
+	Net string `json:"net,omitempty"`
+}
+
+// maxClockSkew is how far a thawed clone's clock may be from the host's.
+const maxClockSkew = 50 * time.Millisecond
+
+// golden is a golden snapshot this process can restore.
+type golden struct {
+	key     snapshot.Key
+	disk    *snapshot.Golden
+	ram     *os.File // sealed memfd
+	meta    goldenMeta
+	tmpl    sandbox.Template
+	invalid atomic.Bool
+}
+
+func (g *golden) ID() string  { return g.key.ID() }
+func (g *golden) Valid() bool { return !g.invalid.Load() }
+
+// snapshots is the backend's golden store, under the state directory.
+func (b *Backend) snapshots() (*snapshot.Store, error) {
+	return snapshot.Open(snapshotsDir(b.cfg.StateDir))
+}
+
+// goldenKey is tmpl's key on this node: the certification's key plus the
+// template's digest (image and shape, and whether VMs have a NIC).
+func (b *Backend) goldenKey(p *probed, tmpl sandbox.Template) snapshot.Key {
+	l := tmpl.Limits.WithDefaults()
+	h := sha256.New()
+	fmt.Fprintln(h, p.image.Digest, l.Memory, l.Disk, b.cfg.VCPUs, b.cfg.GuestOverhead, b.cfg.Network != nil)
+	return snapshot.Key{
+		Backend: b.Name(), Version: p.cap.Version, Kernel: hostKernel(),
+		ConfigHash: p.cap.ConfigHash, Template: hex.EncodeToString(h.Sum(nil))[:24],
+	}
+}
+
+func hostKernel() string {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+// Golden implements sandbox.Snapshotter: the golden in memory, else the
+// one on disk, else a capture.
+func (b *Backend) Golden(ctx context.Context, tmpl sandbox.Template) (sandbox.Golden, error) {
+	p, err := b.preparable(ctx, tmpl)
+	if err != nil {
+		return nil, err
+	}
+	if b.cfg.weak != "" {
+		return nil, sandbox.ErrNoSnapshot // a positive control is never snapshotted
+	}
+	key := b.goldenKey(p, tmpl)
+	b.goldMu.Lock()
+	defer b.goldMu.Unlock()
+	if g := b.goldens[key.ID()]; g != nil && g.Valid() {
+		return g, nil
+	}
+	store, err := b.snapshots()
+	if err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "golden snapshots")
+	}
+	g, err := b.loadGolden(store, key, tmpl)
+	if errors.Is(err, snapshot.ErrNotFound) {
+		g, err = b.capture(ctx, p, store, key, tmpl)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if b.goldens == nil {
+		b.goldens = map[string]*golden{}
+	}
+	if old := b.goldens[key.ID()]; old != nil {
+		old.ram.Close()
+	}
+	b.goldens[key.ID()] = g
+	return g, nil
+}
+
+// loadGolden opens the golden another process captured.
+func (b *Backend) loadGolden(store *snapshot.Store, key snapshot.Key, tmpl sandbox.Template) (*golden, error) {
+	disk, err := store.Find(key)
+	if err != nil {
+		return nil, err
+	}
+	g := &golden{key: key, disk: disk, tmpl: tmpl}
+	info, err := os.ReadFile(disk.Path(goldenInfo))
+	if err == nil {
+		err = json.Unmarshal(info, &g.meta)
+	}
+	if err == nil {
+		g.ram, err = snapshot.LoadMemory(disk.Path(goldenRAM))
+	}
+	if err != nil {
+		store.Remove(key) // damaged: capture anew
+		return nil, snapshot.ErrNotFound
+	}
+	return g, nil
+}
+
+// capture boots a warm VM whose RAM is a fresh memfd, lets it reach ready
+// and run its warm-up, saves its device state and keeps RAM, state and
+// scratch disk as the golden. The VM is destroyed whatever happens.
+func (b *Backend) capture(ctx context.Context, p *probed, store *snapshot.Store, key snapshot.Key, tmpl sandbox.Template) (*golden, error) {
+	started := time.Now()
+	l := tmpl.Limits.WithDefaults()
+	ram, err := snapshot.NewMemory("wovyr-golden", l.Memory+b.cfg.GuestOverhead)
+	if err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "golden RAM")
+	}
+	g := &golden{key: key, ram: ram, tmpl: tmpl}
+	fail := func(err error, what string) (*golden, error) {
+		ram.Close()
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "capture a golden snapshot: %s", what)
+	}
+	build, err := store.Begin(key)
+	if err != nil {
+		return fail(err, "begin")
+	}
+	defer build.Abort()
+	s, err := b.prepare(ctx, p, tmpl, boot{warm: true, ram: ram})
+	if err != nil {
+		return fail(err, "boot")
+	}
+	defer s.Destroy(context.WithoutCancel(ctx))
+	if s.net != nil {
+		g.meta.Net = s.net.guest.String()
+	}
+	state, err := os.OpenFile(build.Path(goldenState), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fail(err, "state file")
+	}
+	err = s.m.Save(ctx, state)
+	if err == nil {
+		err = state.Sync()
+	}
+	state.Close()
+	if err != nil {
+		return fail(err, "save")
+	}
+	// The VMM must be gone before the RAM is sealed (no shared writable
+	// mapping may remain) and before its scratch disk is copied.
+	if err := s.m.Kill(); err != nil {
+		return fail(err, "stop the golden VM")
+	}
+	if err := snapshot.Seal(ram); err != nil {
+		return fail(err, "seal RAM")
+	}
+	if err := snapshot.CopyFile(build.Path(goldenScratch), s.scratch()); err != nil {
+		return fail(err, "scratch disk")
+	}
+	if err := snapshot.SaveMemory(build.Path(goldenRAM), ram); err != nil {
+		return fail(err, "RAM")
+	}
+	info, _ := json.Marshal(g.meta)
+	if err := os.WriteFile(build.Path(goldenInfo), info, 0o600); err != nil {
+		return fail(err, "record")
+	}
+	if g.disk, err = build.Commit(); err != nil {
+		return fail(err, "commit")
+	}
+	b.cfg.Logger.Info("microvm golden snapshot captured", "golden", key.ID(), "took", time.Since(started))
+	return g, nil
+}
+
+// Restore implements sandbox.Snapshotter.
+func (b *Backend) Restore(ctx context.Context, sg sandbox.Golden) (sandbox.Sandbox, error) {
+	g, ok := sg.(*golden)
+	if !ok || !g.Valid() {
+		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "microvm: not a valid golden snapshot of this backend")
+	}
+	p, err := b.preparable(ctx, g.tmpl)
+	if err != nil {
+		return nil, err
+	}
+	if b.goldenKey(p, g.tmpl) != g.key {
+		g.invalid.Store(true)
+		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "microvm: golden snapshot %s is stale", g.ID())
+	}
+	return b.prepare(ctx, p, g.tmpl, boot{golden: g})
+}
+
+// restore starts the clone's VM from g and thaws it. Under a pooled backend
+// it also runs the warm-up job: the clone's VMM starts with an empty
+// translation cache.
+func (s *vmSandbox) restore(ctx context.Context, g *golden) error {
+	state, err := os.Open(g.disk.Path(goldenState))
+	if err != nil {
+		g.invalid.Store(true)
+		return sandbox.Wrap(sandbox.BackendFailure, err, "golden state")
+	}
+	defer state.Close()
+	spec := s.warmSpec()
+	spec.RAM, spec.Incoming = g.ram, state
+	m, err := s.b.cfg.VMM.Start(ctx, spec)
+	if err != nil {
+		return err
+	}
+	conn := m.Port(agent.PortControl)
+	deadline := s.bootDeadline(ctx)
+	t, err := s.thaw(g)
+	if err != nil {
+		m.Kill()
+		return err
+	}
+	sent := time.Now()
+	t.Clock = sent
+	var rep agent.VMReply
+	err = roundTrip(conn, deadline, agent.VMJob{Job: agent.Job{ID: "thaw"}, Thaw: t}, &rep, 1<<20)
+	got := time.Now()
+	switch {
+	case err != nil:
+	case rep.ID != "thaw":
+		err = fmt.Errorf("thaw answered for %q", rep.ID)
+	case rep.Setup != "":
+		err = fmt.Errorf("guest thaw: %s", rep.Setup)
+	case rep.Clock.Before(sent.Add(-maxClockSkew)) || rep.Clock.After(got.Add(maxClockSkew)):
+		err = fmt.Errorf("clone clock %s is off the host's (%s–%s) by more than %s", rep.Clock.Format(time.RFC3339Nano), sent.Format(time.RFC3339Nano), got.Format(time.RFC3339Nano), maxClockSkew)
+	}
+	if err != nil {
+		m.Kill()
+		return sandbox.Wrap(sandbox.BackendFailure, err, "clone VM %s did not thaw; console: %s", s.id, tail(m.Console(), 1024))
+	}
+	if s.b.cfg.Warm {
+		if err := s.warmUp(conn, deadline); err != nil {
+			m.Kill()
+			return err
+		}
+	}
+	s.m, s.conn, s.readyAt = m, conn, rep.Boot
+	s.skew = rep.Clock.Sub(sent.Add(got.Sub(sent) / 2))
+	return nil
+}
+
+// thaw is what makes this clone its own: fresh randomness and identity
+// from the host, and its slot's network.
+func (s *vmSandbox) thaw(g *golden) (*agent.Thaw, error) {
+	var r [64 + 16 + 16]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "entropy")
+	}
+	id := r[80:]
+	id[6] = id[6]&0x0f | 0x40 // a version 4 UUID, as the kernel makes
+	id[8] = id[8]&0x3f | 0x80
+	u := hex.EncodeToString(id)
+	t := &agent.Thaw{
+		Entropy:   r[:64],
+		MachineID: hex.EncodeToString(r[64:80]),
+		BootID:    u[0:8] + "-" + u[8:12] + "-" + u[12:16] + "-" + u[16:20] + "-" + u[20:32],
+	}
+	if s.net != nil {
+		if g.meta.Net == "" {
+			return nil, sandbox.Errorf(sandbox.BackendFailure, "", "golden snapshot %s has no network to move from", g.ID())
+		}
+		t.Net, t.Golden, t.MAC = s.net.guest.String(), g.meta.Net, s.net.mac.String()
+	}
+	return t, nil
+}
+
+// reconcileSnapshots removes golden builds a dead process left, and
+// goldens whose key this node's probe no longer matches (p nil: builds
+// only).
+func (b *Backend) reconcileSnapshots(p *probed) error {
+	store, err := b.snapshots()
+	if err != nil {
+		return err
+	}
+	var keep func(snapshot.Key) bool
+	if p != nil {
+		keep = func(k snapshot.Key) bool {
+			return k.Version == p.cap.Version && k.ConfigHash == p.cap.ConfigHash && k.Kernel == hostKernel()
+		}
+	}
+	removed, err := store.Reconcile(b.Name(), keep)
+	if len(removed) > 0 {
+		b.cfg.Logger.Info("microvm: removed stale golden snapshots", "n", len(removed))
+	}
+	return err
+}
+
+var _ sandbox.Snapshotter = (*Backend)(nil)

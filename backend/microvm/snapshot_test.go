@@ -1,0 +1,196 @@
+package microvm
+
+import (
+	"context"
+	"crypto/sha256"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/snapshot"
+)
+
+// identityScript prints, one per line: boot_id, machine-id, a kernel UUID,
+// 16 urandom bytes, the hostname, the wall clock (s), the process count
+// and what a previous tenant could have left (files, a child process).
+const identityScript = `cat /proc/sys/kernel/random/boot_id /etc/machine-id /proc/sys/kernel/random/uuid
+head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; echo
+hostname
+date +%s
+ls /proc | grep -c '^[0-9]'
+echo "files:$(ls -A /workspace /tmp | grep -v ':$' | grep .)"; ps -o args | grep -c '[s]leep 7777'; echo "env:$CANARY"`
+
+// TestCloneIsItsOwnAndCarriesNothing is invariant 4 for microVM clones
+// (BATTERY rows 85–89): clones of one golden differ in RNG and identity,
+// keep the host's clock, start with the golden's process set, and see
+// nothing a tenant of an earlier clone left in memory, files, env or
+// processes; the golden itself stays byte for byte what was captured, its
+// RAM sealed, its files private; a clone is never saved.
+func TestCloneIsItsOwnAndCarriesNothing(t *testing.T) {
+	b := backend(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tmpl := sandbox.Template{Kind: sandbox.KindCommand}
+	sg, err := b.Golden(ctx, tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := sg.(*golden)
+	if !snapshot.Sealed(g.ram) {
+		t.Fatal("golden RAM is not sealed")
+	}
+	if _, err := g.ram.WriteAt([]byte("x"), 0); err == nil {
+		t.Fatal("wrote into the sealed golden RAM")
+	}
+	assertPrivate(t, g.disk.Dir)
+	before := digestGolden(t, g)
+	if again, err := b.Golden(ctx, tmpl); err != nil || again != sg {
+		t.Fatalf("second Golden: %v, %v; want the same golden", again, err)
+	}
+
+	// Tenant A leaves a canary everywhere it can and keeps a child alive.
+	a := clone(t, b, sg)
+	res := run(t, a, `echo canary > /workspace/left; echo canary > /tmp/left; export CANARY=1; sleep 7777 & head -c 50000000 /dev/zero | tr '\0' 'C' > /dev/shm/fill 2>/dev/null || true; echo done`)
+	if strings.TrimSpace(string(res.Stdout)) != "done" {
+		t.Fatalf("tenant A: %q %q", res.Stdout, res.Stderr)
+	}
+	if err := a.(*vmSandbox).m.Save(ctx, os.Stdout); err == nil {
+		t.Fatal("a clone's VM was saved: private RAM must never become a golden")
+	}
+
+	var facts [][]string
+	for i := range 3 {
+		c := clone(t, b, sg)
+		res := run(t, c, identityScript)
+		lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
+		if len(lines) < 9 {
+			t.Fatalf("clone %d: %q (stderr %q)", i, res.Stdout, res.Stderr)
+		}
+		facts = append(facts, lines)
+		if lines[4] != sandbox.Hostname {
+			t.Errorf("clone %d hostname %q, want %q on every tier", i, lines[4], sandbox.Hostname)
+		}
+		// The job's clock to the second (busybox date has no %N); the
+		// thaw's to the round trip.
+		sec, err := strconv.ParseInt(lines[5], 10, 64)
+		if err != nil {
+			t.Fatalf("clone %d clock %q: %v", i, lines[5], err)
+		}
+		if sec < res.Timings.Started.Unix() || sec > res.Timings.Finished.Unix() {
+			t.Errorf("clone %d clock %d s is outside the run (%s–%s)", i, sec, res.Timings.Started, res.Timings.Finished)
+		}
+		if skew := c.(*vmSandbox).skew; skew > maxClockSkew || skew < -maxClockSkew {
+			t.Errorf("clone %d clock is %s off the host's at thaw", i, skew)
+		}
+		if rest := strings.Join(lines[7:], "\n"); rest != "files:\n0\nenv:" {
+			t.Errorf("clone %d sees another tenant's residue: %q", i, rest)
+		}
+		c.Destroy(context.Background())
+	}
+	for field, name := range []string{"boot_id", "machine-id", "uuid", "urandom"} {
+		seen := map[string]int{}
+		for i, f := range facts {
+			if j, dup := seen[f[field]]; dup {
+				t.Errorf("clones %d and %d share their %s %q", j, i, name, f[field])
+			}
+			seen[f[field]] = i
+		}
+	}
+	if facts[0][6] != facts[1][6] || facts[1][6] != facts[2][6] {
+		t.Errorf("clones start with different process counts: %s, %s, %s", facts[0][6], facts[1][6], facts[2][6])
+	}
+	a.Destroy(context.Background())
+	if after := digestGolden(t, g); after != before {
+		t.Fatal("the golden changed while clones ran")
+	}
+}
+
+// TestGoldenIsVoidedByItsKey: a golden of another configuration is never
+// restored, and the reconcile that follows a probe removes it.
+func TestGoldenIsVoidedByItsKey(t *testing.T) {
+	b := backend(t)
+	store, err := b.snapshots()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := b.probed(context.Background())
+	old := b.goldenKey(p, sandbox.Template{Kind: sandbox.KindCommand})
+	old.ConfigHash = "another"
+	build, err := store.Begin(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := build.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.reconcileSnapshots(p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Find(old); err != snapshot.ErrNotFound {
+		t.Fatalf("stale golden still found: %v", err)
+	}
+	if _, err := b.Restore(context.Background(), &golden{key: old, tmpl: sandbox.Template{Kind: sandbox.KindCommand}}); sandbox.ClassOf(err) != sandbox.BackendFailure || !strings.Contains(err.Error(), "stale") {
+		t.Fatalf("restore of a stale golden: %v", err)
+	}
+}
+
+func clone(t *testing.T, b *Backend, g sandbox.Golden) sandbox.Sandbox {
+	t.Helper()
+	s, err := b.Restore(context.Background(), g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Destroy(context.Background()) })
+	return s
+}
+
+func run(t *testing.T, s sandbox.Sandbox, script string) *sandbox.Result {
+	t.Helper()
+	res, err := s.Run(context.Background(), inv("sh", "-c", script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Class != sandbox.OK {
+		t.Fatalf("class %q (%s) stderr %q", res.Class, res.Error, res.Stderr)
+	}
+	return res
+}
+
+// digestGolden hashes the golden's files and its sealed RAM.
+func digestGolden(t *testing.T, g *golden) string {
+	h := sha256.New()
+	for _, name := range []string{goldenRAM, goldenState, goldenScratch, goldenInfo} {
+		f, err := os.Open(g.disk.Path(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(h, f)
+		f.Close()
+	}
+	io.Copy(h, io.NewSectionReader(g.ram, 0, 1<<40))
+	return string(h.Sum(nil))
+}
+
+func assertPrivate(t *testing.T, dir string) {
+	t.Helper()
+	st, err := os.Stat(dir)
+	if err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("golden directory %s: %v %v", dir, st.Mode(), err)
+	}
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		info, _ := e.Info()
+		if info.Mode().Perm() != 0o600 {
+			t.Errorf("%s is %v", e.Name(), info.Mode())
+		}
+		names = append(names, e.Name())
+	}
+	if got := strings.Join(names, " "); got != "golden.json meta.json ram scratch.ext4 state" {
+		t.Errorf("golden files %q", got)
+	}
+}
