@@ -103,7 +103,7 @@ func (m *Manager) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 		return nil, err
 	}
 	acquired := time.Now()
-	sb, err := m.Prepare(ctx, b, TemplateFor(inv))
+	sb, err := m.prepareOrRestore(ctx, b, TemplateFor(inv))
 	if err != nil {
 		return nil, err
 	}

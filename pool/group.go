@@ -79,6 +79,12 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 // Add creates the pool for key, sized by the group's rules, with factory
 // (the manager's Prepare for that backend and template).
 func (g *Group) Add(key Key, factory Factory) (*Pool, error) {
+	return g.AddRestoring(key, factory, nil)
+}
+
+// AddRestoring is Add for a backend that snapshots: the pool fills with
+// clones restored through r, factory being the fallback (Config.Restorer).
+func (g *Group) AddRestoring(key Key, factory Factory, r Restorer) (*Pool, error) {
 	size, ok := SizeFor(g.cfg.Sizes, key)
 	if !ok {
 		return nil, sandbox.Errorf(sandbox.BadInput, "pool.sizes", "no sizing rule for %s", key)
@@ -88,7 +94,7 @@ func (g *Group) Add(key Key, factory Factory) (*Pool, error) {
 	if _, dup := g.pools[key]; dup {
 		return nil, sandbox.Errorf(sandbox.BadInput, "pool.key", "pool %s already exists", key)
 	}
-	p, err := New(Config{Key: key, Factory: factory, MaxLive: size.MaxLive, Autoscale: size.Autoscale, Logger: g.cfg.Logger})
+	p, err := New(Config{Key: key, Factory: factory, Restorer: r, MaxLive: size.MaxLive, Autoscale: size.Autoscale, Logger: g.cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

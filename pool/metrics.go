@@ -23,6 +23,11 @@ type Metrics struct {
 	Leaked          atomic.Uint64 // leases reclaimed by the GC safety net
 	AcquireErrors   atomic.Uint64 // acquires that returned an error
 
+	Restores         atomic.Uint64 // sandboxes restored from a golden snapshot (of Creates)
+	RestoreFallbacks atomic.Uint64 // failed restores that fell back to a cold prepare on the same backend
+	Goldens          atomic.Uint64 // golden snapshots obtained (captured or loaded)
+	GoldenFailures   atomic.Uint64 // golden snapshots that could not be obtained
+
 	AcquireWarm Histogram // acquire latency when the sandbox was warm
 	AcquireCold Histogram // acquire latency including a cold create
 }
@@ -33,6 +38,8 @@ type Snapshot struct {
 	Hits, Misses, Creates, CreateFailures        uint64
 	Destroys, DestroyFailures                    uint64
 	Resets, ResetFailures, Leaked, AcquireErrors uint64
+	Restores, RestoreFallbacks                   uint64
+	Goldens, GoldenFailures                      uint64
 	Warm, Live, InUse, Target                    int
 	Breaker                                      autoscale.BreakerState
 	AcquireWarm, AcquireCold                     HistogramSnapshot
@@ -56,6 +63,8 @@ func (p *Pool) Snapshot() Snapshot {
 		Destroys: m.Destroys.Load(), DestroyFailures: m.DestroyFailures.Load(),
 		Resets: m.Resets.Load(), ResetFailures: m.ResetFailures.Load(),
 		Leaked: m.Leaked.Load(), AcquireErrors: m.AcquireErrors.Load(),
+		Restores: m.Restores.Load(), RestoreFallbacks: m.RestoreFallbacks.Load(),
+		Goldens: m.Goldens.Load(), GoldenFailures: m.GoldenFailures.Load(),
 		Warm: len(p.warm), Live: int(p.live.Load()), InUse: int(p.inUse.Load()),
 		Target:      int(p.target.Load()),
 		Breaker:     autoscale.BreakerState(p.breaker.Load()),

@@ -58,6 +58,10 @@ type Factory func(ctx context.Context) (sandbox.Sandbox, error)
 type Config struct {
 	Key     Key     // required: Backend at least
 	Factory Factory // required
+	// Restorer, if set, fills the pool with clones of a golden snapshot
+	// instead of cold prepares (restore.go); Factory, on the same backend,
+	// is what a failed restore falls back to.
+	Restorer Restorer
 	// MaxLive bounds live sandboxes: warm, leased and being created. Required.
 	MaxLive int
 	// Autoscale sets the warm target; its Max must not exceed MaxLive. The
@@ -97,6 +101,8 @@ type Pool struct {
 	state   autoscale.State
 	target  atomic.Int64
 	breaker atomic.Int64
+
+	gold goldenState // Restorer only
 }
 
 // New validates cfg and returns an empty pool; the first Reconcile fills it.
@@ -159,6 +165,7 @@ func (p *Pool) Close(ctx context.Context) error {
 	p.shut.Store(true)
 	close(p.done)
 	p.mu.Unlock()
+	p.gold.wait() // a golden capture ends with p.done
 	var errs []error
 	for {
 		select {
@@ -213,7 +220,7 @@ func (p *Pool) freeSlot() {
 // the slot. Its outcome feeds the breaker's failure streak, unless ctx
 // ended first.
 func (p *Pool) create(ctx context.Context) (sandbox.Sandbox, error) {
-	sb, err := p.cfg.Factory(ctx)
+	sb, err := p.prepare(ctx)
 	if err == nil && sb == nil {
 		err = errors.New("factory returned no sandbox")
 	}

@@ -41,7 +41,11 @@ func (s *Server) poolFor(b sandbox.Backend, tmpl sandbox.Template) (*pool.Pool, 
 	if p, ok := s.pools.Get(key); ok {
 		return p, nil
 	}
-	p, err := s.pools.Add(key, s.mgr.Factory(b, tmpl))
+	var r pool.Restorer
+	if mr := s.mgr.Restorer(b, tmpl); mr != nil {
+		r = mr // a backend that snapshots fills its pool with clones
+	}
+	p, err := s.pools.AddRestoring(key, s.mgr.Factory(b, tmpl), r)
 	if err != nil {
 		// Lost a race with another first use: take the winner's.
 		if p, ok := s.pools.Get(key); ok {
@@ -80,6 +84,7 @@ func (s *Server) poolLoop(ctx context.Context) {
 type poolCollector struct {
 	g                                            *pool.Group
 	hits, misses, warm, live, failures, breakers *prometheus.Desc
+	restores, fallbacks                          *prometheus.Desc
 	acquire                                      *prometheus.Desc
 }
 
@@ -88,19 +93,21 @@ func newPoolCollector(g *pool.Group) *poolCollector {
 		return prometheus.NewDesc(name, help, []string{"backend", "template"}, nil)
 	}
 	return &poolCollector{g: g,
-		hits:     d("wovyr_pool_hits_total", "Acquires served by a warm sandbox."),
-		misses:   d("wovyr_pool_misses_total", "Acquires that had to prepare a sandbox cold."),
-		warm:     d("wovyr_pool_warm", "Warm, tenant-neutral sandboxes ready now."),
-		live:     d("wovyr_pool_live", "Live sandboxes (warm and in use)."),
-		failures: d("wovyr_pool_create_failures_total", "Sandbox creations that failed."),
-		breakers: d("wovyr_pool_breaker_open", "1 while the pool's create-failure breaker is not closed."),
+		hits:      d("wovyr_pool_hits_total", "Acquires served by a warm sandbox."),
+		misses:    d("wovyr_pool_misses_total", "Acquires that had to prepare a sandbox cold."),
+		warm:      d("wovyr_pool_warm", "Warm, tenant-neutral sandboxes ready now."),
+		live:      d("wovyr_pool_live", "Live sandboxes (warm and in use)."),
+		failures:  d("wovyr_pool_create_failures_total", "Sandbox creations that failed."),
+		breakers:  d("wovyr_pool_breaker_open", "1 while the pool's create-failure breaker is not closed."),
+		restores:  d("wovyr_pool_restores_total", "Sandboxes restored from a golden snapshot instead of prepared cold."),
+		fallbacks: d("wovyr_pool_restore_fallbacks_total", "Restores that failed and fell back to a cold prepare on the same backend."),
 		acquire: prometheus.NewDesc("wovyr_pool_acquire_seconds", "Acquire latency, warm (a ready sandbox) or cold (prepared on the spot).",
 			[]string{"backend", "template", "path"}, nil),
 	}
 }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.hits, c.misses, c.warm, c.live, c.failures, c.breakers, c.acquire} {
+	for _, d := range []*prometheus.Desc{c.hits, c.misses, c.warm, c.live, c.failures, c.breakers, c.restores, c.fallbacks, c.acquire} {
 		ch <- d
 	}
 }
@@ -118,6 +125,8 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.live, prometheus.GaugeValue, float64(sn.Live), l...)
 		ch <- prometheus.MustNewConstMetric(c.failures, prometheus.CounterValue, float64(sn.CreateFailures), l...)
 		ch <- prometheus.MustNewConstMetric(c.breakers, prometheus.GaugeValue, open, l...)
+		ch <- prometheus.MustNewConstMetric(c.restores, prometheus.CounterValue, float64(sn.Restores), l...)
+		ch <- prometheus.MustNewConstMetric(c.fallbacks, prometheus.CounterValue, float64(sn.RestoreFallbacks), l...)
 		for path, h := range map[string]pool.HistogramSnapshot{"warm": sn.AcquireWarm, "cold": sn.AcquireCold} {
 			buckets := make(map[float64]uint64, len(h.Bounds))
 			var cum uint64

@@ -181,6 +181,18 @@ func TestEgressWarmClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Destroy(ctx)
+	assertClaimHolds(t, b, rig, s)
+	if err := s.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	assertClean(t, b, vmName(s))
+}
+
+// assertClaimHolds runs a claiming tenant's allowlist on the warm (or
+// cloned) VM s: exactly the allowlist is reachable, through the VM's own
+// slot.
+func assertClaimHolds(t *testing.T, b *Backend, rig *egresstest.Rig, s sandbox.Sandbox) {
+	t.Helper()
 	n := s.(*vmSandbox).net
 	if n == nil {
 		t.Fatal("a warm VM of a backend with a network service has no NIC")
@@ -201,10 +213,44 @@ func TestEgressWarmClaim(t *testing.T) {
 	_, rep := runReport(t, s, egressInv(t, "inv-warm-1", spec))
 	egresstest.AssertTable(t, rows, rep, 0)
 	assertNoCanary(t, rig)
-	if err := s.Destroy(ctx); err != nil {
+}
+
+// TestEgressCloneClaim is invariant 2 after restore: a clone of a golden
+// captured with a NIC moves to its own slot, MAC and address at thaw, and
+// the claiming tenant's policy holds on it exactly as on a booted VM.
+func TestEgressCloneClaim(t *testing.T) {
+	ctx := context.Background()
+	b, rig, _ := netBackend(t, "mc", func(c *Config) { c.Warm = true })
+	g, err := b.Golden(ctx, sandbox.Template{Kind: sandbox.KindCommand})
+	if err != nil {
 		t.Fatal(err)
 	}
-	assertClean(t, b, vmName(s))
+	s, err := b.Restore(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy(ctx)
+	n := s.(*vmSandbox).net
+	if g.(*golden).meta.Net == n.guest.String() {
+		t.Fatalf("the clone's slot %s is its golden's", n.guest)
+	}
+	res, err := s.Run(ctx, inv("/bin/sh", "-c", "cat /sys/class/net/eth0/address; ip -4 -o addr show dev eth0 | awk '{print $4}'"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := n.mac.String() + "\n" + n.guest.Addr.String() + "\n"; string(res.Stdout) != want {
+		t.Fatalf("clone NIC %q (stderr %q), want %q", res.Stdout, res.Stderr, want)
+	}
+	c2, err := b.Restore(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Destroy(ctx)
+	assertClaimHolds(t, b, rig, c2)
+	if err := c2.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	assertClean(t, b, vmName(c2))
 }
 
 // TestEgressDenyAllHasNoNIC: with a network service, a one-shot deny-all
@@ -256,6 +302,9 @@ func TestLintArgvNIC(t *testing.T) {
 		{[]string{"-netdev", "tap,id=net0,fd=9,vhost=on", "-device", "virtio-net-device,netdev=net0,mac=02:00:00:00:00:2a"}, false},
 		{[]string{"-device", "virtio-net-device,netdev=u"}, false},
 		{[]string{"-nic", "user"}, false},
+		{[]string{"-incoming", "defer", "-chardev", "socket,id=qmp,fd=12", "-mon", "chardev=qmp,mode=control"}, true},
+		{[]string{"-incoming", "tcp:0:4444"}, false},
+		{[]string{"-mon", "chardev=qmp,mode=readline"}, false},
 	} {
 		dir := t.TempDir()
 		argv := append(append([]string{}, base...), c.args...)
