@@ -139,3 +139,68 @@ func pct(d []time.Duration, p int) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// BenchmarkMicroVMClone measures, interleaved in one run (ADR 0018):
+//
+//   - oneshot: a cold one-shot /bin/true (boot, job, power-off) — the peer;
+//   - restore: Restore of a clone (QEMU start, device state, thaw) with
+//     one /bin/true on it: the one-shot `wovyr run` path once a golden
+//     exists; its first exec pays TCG's empty translation cache;
+//   - refill: a pooled clone's Restore including its warm-up job, off the
+//     request path;
+//   - claim: /bin/true on a refilled clone, what a pooled acquire serves.
+//
+// Run it with -benchtime=1x.
+func BenchmarkMicroVMClone(b *testing.B) {
+	const rounds = 7
+	be := backend(b)
+	pooled := sibling(b, be, func(c *Config) { c.Warm = true })
+	ctx := context.Background()
+	tmpl := sandbox.Template{Kind: sandbox.KindCommand}
+	g, err := be.Golden(ctx, tmpl)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pg, err := pooled.Golden(ctx, tmpl)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var oneshot, restore, refill, claim []time.Duration
+	for b.Loop() {
+		for range rounds {
+			oneshot = append(oneshot, coldOneShot(b, be))
+			t0 := time.Now()
+			s, err := be.Restore(ctx, g)
+			if err != nil {
+				b.Fatal(err)
+			}
+			runTrue(b, s)
+			restore = append(restore, time.Since(t0))
+			s.Destroy(ctx)
+			t0 = time.Now()
+			s, err = pooled.Restore(ctx, pg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			refill = append(refill, time.Since(t0))
+			t0 = time.Now()
+			runTrue(b, s)
+			claim = append(claim, time.Since(t0))
+			s.Destroy(ctx)
+		}
+	}
+	b.ReportMetric(ms(median(oneshot)), "oneshot-ms")
+	b.ReportMetric(ms(median(restore)), "restore-to-result-ms")
+	b.ReportMetric(ms(median(refill)), "refill-ms")
+	b.ReportMetric(ms(median(claim)), "claim-ms")
+	b.ReportMetric(float64(median(oneshot))/float64(median(restore)), "oneshot/restore")
+	b.ReportMetric(float64(median(oneshot))/float64(median(claim)), "oneshot/claim")
+	b.Logf("oneshot=%v restore=%v refill=%v claim=%v", oneshot, restore, refill, claim)
+}
+
+func runTrue(b *testing.B, s sandbox.Sandbox) {
+	res, err := s.Run(context.Background(), inv("/bin/true"))
+	if err != nil || res.ExitCode != 0 || res.Class != sandbox.OK {
+		b.Fatalf("/bin/true: %v %+v", err, res)
+	}
+}
