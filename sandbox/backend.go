@@ -36,8 +36,12 @@ type Capability struct {
 	Accel      string `json:"accel,omitempty"` // "kvm", "tcg", "ptrace", "systrap", …
 	// Egress reports that the backend enforces non-empty allowlists. A
 	// backend without it accepts deny-all network policies only.
-	Egress   bool     `json:"egress"`
-	Features []string `json:"features,omitempty"`
+	Egress bool `json:"egress"`
+	// Unprivileged reports that the backend runs without root, offering
+	// less than it does with root (what, its Features and docs say). It is
+	// recorded in certifications; the mode is also in ConfigHash.
+	Unprivileged bool     `json:"unprivileged,omitempty"`
+	Features     []string `json:"features,omitempty"`
 }
 
 // Accepts reports whether b takes workloads of kind k.
@@ -117,4 +121,13 @@ type NetworkChecker interface {
 // for it kept failing to prepare).
 type ImageChecker interface {
 	CheckImage(name string) error
+}
+
+// WorkloadChecker is implemented by backends that refuse some workloads of
+// a kind they accept, for what this node's configuration cannot enforce
+// (the unprivileged wasm backend refuses files in or out). CheckWorkload
+// says so without side effects, with a typed error; `wovyr run` and the
+// daemon ask it right after Select, so nothing is recorded or started.
+type WorkloadChecker interface {
+	CheckWorkload(w *Workload) error
 }
