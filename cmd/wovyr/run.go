@@ -63,8 +63,14 @@ func runMain(ctx context.Context, g *globals, args []string) int {
 	if c.remote != "" {
 		return c.runRemote(ctx, g, inv)
 	}
-	if code := refuseUnlessRoot(g); code != 0 {
-		return code
+	if inv.Workload.Kind != sandbox.KindWasm {
+		// Without root only wasm runs (unprivileged, in its own mode).
+		if code := refuseUnlessRoot("wovyr run of a command"); code != 0 {
+			return code
+		}
+	}
+	if err := makeStateDir(g.stateDir); err != nil {
+		return c.fail(sandbox.Wrap(sandbox.BackendFailure, err, "start"))
 	}
 	if err := storeFree(g); err != nil {
 		return c.fail(err)
@@ -164,6 +170,12 @@ func (c *runCmd) execute(ctx context.Context, n *node, inv *sandbox.Invocation) 
 	// before anything is recorded (as the daemon does at submit).
 	if ic, ok := b.(sandbox.ImageChecker); ok && inv.Workload.Kind == sandbox.KindCommand {
 		if err := ic.CheckImage(inv.Workload.Image); err != nil {
+			return nil, err
+		}
+	}
+	// So is a workload it refuses here (unprivileged wasm: files).
+	if wc, ok := b.(sandbox.WorkloadChecker); ok {
+		if err := wc.CheckWorkload(&inv.Workload); err != nil {
 			return nil, err
 		}
 	}
