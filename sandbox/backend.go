@@ -127,7 +127,22 @@ type ImageChecker interface {
 // a kind they accept, for what this node's configuration cannot enforce
 // (the unprivileged wasm backend refuses files in or out). CheckWorkload
 // says so without side effects, with a typed error; `wovyr run` and the
-// daemon ask it right after Select, so nothing is recorded or started.
+// daemon ask it right after Select (CheckRunnable), so nothing is recorded
+// or started.
 type WorkloadChecker interface {
 	CheckWorkload(w *Workload) error
+}
+
+// CheckRunnable asks b's ImageChecker (command workloads) and
+// WorkloadChecker, where b has them, whether b can run w here.
+func CheckRunnable(b Backend, w *Workload) error {
+	if ic, ok := b.(ImageChecker); ok && w.Kind == KindCommand {
+		if err := ic.CheckImage(w.Image); err != nil {
+			return err
+		}
+	}
+	if wc, ok := b.(WorkloadChecker); ok {
+		return wc.CheckWorkload(w)
+	}
+	return nil
 }

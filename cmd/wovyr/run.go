@@ -167,17 +167,10 @@ func (c *runCmd) execute(ctx context.Context, n *node, inv *sandbox.Invocation) 
 		return nil, err
 	}
 	// An image the selected backend cannot run is bad input, refused
-	// before anything is recorded (as the daemon does at submit).
-	if ic, ok := b.(sandbox.ImageChecker); ok && inv.Workload.Kind == sandbox.KindCommand {
-		if err := ic.CheckImage(inv.Workload.Image); err != nil {
-			return nil, err
-		}
-	}
-	// So is a workload it refuses here (unprivileged wasm: files).
-	if wc, ok := b.(sandbox.WorkloadChecker); ok {
-		if err := wc.CheckWorkload(&inv.Workload); err != nil {
-			return nil, err
-		}
+	// before anything is recorded (as the daemon does at submit); so is a
+	// workload it refuses here (unprivileged wasm: files in or out).
+	if err := sandbox.CheckRunnable(b, &inv.Workload); err != nil {
+		return nil, err
 	}
 	if c.backend != "" && b.Name() != c.backend {
 		cand, _ := n.mgr.Backend(c.backend)
