@@ -41,7 +41,7 @@ func runMain(ctx context.Context, g *globals, args []string) int {
 	fs.StringVar(&c.memory, "memory", "", "memory limit, e.g. 64M, 1G (default 256M)")
 	fs.IntVar(&c.pids, "pids", 0, "process/thread limit (default 128)")
 	fs.Var(&c.env, "env", "KEY=VALUE for the workload's environment (repeatable; nothing is inherited)")
-	fs.Var(&c.files, "file", "DEST=SRC: copy host file SRC into the workspace as DEST (repeatable)")
+	fs.Var(&c.files, "file", "DEST=SRC: copy host file SRC into the workspace as DEST (repeatable; needs root: without it wasm has no workspace)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the result as JSON")
 	fs.StringVar(&c.remote, "remote", "", "run through the wovyr daemon at this URL (e.g. http://127.0.0.1:8080)")
 	fs.StringVar(&c.token, "token", "", "bearer token for --remote (default $WOVYR_TOKEN, else the daemon's bootstrap token in the state dir)")
