@@ -170,7 +170,7 @@ func Run(ctx context.Context, s Suite, progress io.Writer) (cert.Record, error) 
 	if kernel == "" {
 		kernel = cert.Kernel()
 	}
-	rec := cert.Record{Key: cert.Key{Backend: b.Name(), RuntimeVersion: capa.Version, Kernel: kernel, ConfigHash: capa.ConfigHash}, Accel: capa.Accel, Egress: capa.Egress}
+	rec := cert.Record{Key: cert.Key{Backend: b.Name(), RuntimeVersion: capa.Version, Kernel: kernel, ConfigHash: capa.ConfigHash}, Accel: capa.Accel, Egress: capa.Egress, Unprivileged: capa.Unprivileged}
 	impl := map[int]Probe{}
 	for _, p := range s.Probes {
 		impl[p.ID] = p

@@ -19,7 +19,7 @@ import (
 func WriteMarkdown(w io.Writer, recs []cert.Record) {
 	recs = newestPerRuntime(recs)
 	slices.SortStableFunc(recs, func(a, b cert.Record) int {
-		return cmp.Or(strings.Compare(order(a.Backend), order(b.Backend)), strings.Compare(RuntimeName(a), RuntimeName(b)), cmpBool(a.Egress, b.Egress))
+		return cmp.Or(strings.Compare(order(a.Backend), order(b.Backend)), strings.Compare(RuntimeName(a), RuntimeName(b)), cmpBool(a.Egress, b.Egress), cmpBool(a.Unprivileged, b.Unprivileged))
 	})
 	fmt.Fprintln(w, "| # | probe |"+headers(recs))
 	fmt.Fprintln(w, "|---|---|"+strings.Repeat("---|", len(recs)))
@@ -89,6 +89,9 @@ func headers(recs []cert.Record) string {
 		if r.Egress {
 			notes = append(notes, "egress")
 		}
+		if r.Unprivileged {
+			notes = append(notes, "unprivileged")
+		}
 		if len(notes) > 0 {
 			b.WriteString(" " + r.Backend + " (" + strings.Join(notes, ", ") + ") |")
 		} else {
@@ -106,16 +109,16 @@ func RuntimeName(r cert.Record) string {
 }
 
 // newestPerRuntime keeps the newest record of each backend and runtime,
-// with and without allowlisted egress.
+// with and without allowlisted egress, with and without root.
 func newestPerRuntime(recs []cert.Record) []cert.Record {
 	type key struct {
-		backend, runtime string
-		egress           bool
+		backend, runtime     string
+		egress, unprivileged bool
 	}
 	newest := map[key]int{}
 	var keys []key
 	for i, r := range recs {
-		k := key{r.Backend, RuntimeName(r), r.Egress}
+		k := key{r.Backend, RuntimeName(r), r.Egress, r.Unprivileged}
 		j, ok := newest[k]
 		if !ok {
 			keys = append(keys, k)
@@ -152,8 +155,12 @@ func cmpBool(a, b bool) int {
 }
 
 func egressNote(r cert.Record) string {
+	note := ""
 	if r.Egress {
-		return " with allowlisted egress"
+		note = " with allowlisted egress"
 	}
-	return ""
+	if r.Unprivileged {
+		note += " without root"
+	}
+	return note
 }

@@ -65,3 +65,25 @@ func TestWriteMarkdownEgress(t *testing.T) {
 		t.Errorf("no egress summary in\n%s", out)
 	}
 }
+
+// TestWriteMarkdownUnprivileged: wasm certified without root keeps a column
+// of its own beside root's (issue #26), its workspace rows n/a.
+func TestWriteMarkdownUnprivileged(t *testing.T) {
+	at := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	rec := func(unpriv bool, at time.Time) cert.Record {
+		return cert.Record{Key: cert.Key{Backend: "wasm", RuntimeVersion: "wasmtime 39.0.1", Kernel: "k", ConfigHash: "h"}, At: at, Unprivileged: unpriv,
+			Passed: true, Outcomes: []cert.Outcome{{ID: 52, Name: "disk", Applies: !unpriv, Pass: !unpriv, ControlFlagged: true}}}
+	}
+	var buf bytes.Buffer
+	WriteMarkdown(&buf, []cert.Record{rec(true, at.Add(time.Hour)), rec(false, at)})
+	out := buf.String()
+	if want := "| # | probe | wasm | wasm (unprivileged) |\n"; !strings.HasPrefix(out, want) {
+		t.Fatalf("header: got %q, want prefix %q", strings.SplitN(out, "\n", 2)[0], want)
+	}
+	if want := "| 52 | Disk | PASS | n/a |\n"; !strings.Contains(out, want) {
+		t.Errorf("row 52: want %q in\n%s", want, out)
+	}
+	if !strings.Contains(out, "- **wasm** without root (") {
+		t.Errorf("no unprivileged summary in\n%s", out)
+	}
+}

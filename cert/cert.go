@@ -43,10 +43,14 @@ type Record struct {
 	Accel string `json:"accel,omitempty"`
 	// Egress says the configuration enforces allowlisted egress (its
 	// backend has an egress service), so the egress rows ran for real.
-	Egress   bool      `json:"egress,omitempty"`
-	Passed   bool      `json:"passed"`
-	Outcomes []Outcome `json:"outcomes"`
-	At       time.Time `json:"at"`
+	Egress bool `json:"egress,omitempty"`
+	// Unprivileged says the configuration ran without root (the wasm
+	// backend without workspaces); rows it cannot offer are not
+	// applicable, each with why.
+	Unprivileged bool      `json:"unprivileged,omitempty"`
+	Passed       bool      `json:"passed"`
+	Outcomes     []Outcome `json:"outcomes"`
+	At           time.Time `json:"at"`
 }
 
 // Failed lists the probes that failed or whose control did not flag.

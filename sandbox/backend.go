@@ -38,8 +38,12 @@ type Capability struct {
 	Accel      string `json:"accel,omitempty"` // "kvm", "tcg", "ptrace", "systrap", …
 	// Egress reports that the backend enforces non-empty allowlists. A
 	// backend without it accepts deny-all network policies only.
-	Egress   bool     `json:"egress"`
-	Features []string `json:"features,omitempty"`
+	Egress bool `json:"egress"`
+	// Unprivileged reports that the backend runs without root, offering
+	// less than it does with root (what, its Features and docs say). It is
+	// recorded in certifications; the mode is also in ConfigHash.
+	Unprivileged bool     `json:"unprivileged,omitempty"`
+	Features     []string `json:"features,omitempty"`
 }
 
 // Accepts reports whether b takes workloads of kind k.
@@ -135,4 +139,28 @@ type NetworkChecker interface {
 // for it kept failing to prepare).
 type ImageChecker interface {
 	CheckImage(name string) error
+}
+
+// WorkloadChecker is implemented by backends that refuse some workloads of
+// a kind they accept, for what this node's configuration cannot enforce
+// (the unprivileged wasm backend refuses files in or out). CheckWorkload
+// says so without side effects, with a typed error; `wovyr run` and the
+// daemon ask it right after Select (CheckRunnable), so nothing is recorded
+// or started.
+type WorkloadChecker interface {
+	CheckWorkload(w *Workload) error
+}
+
+// CheckRunnable asks b's ImageChecker (command workloads) and
+// WorkloadChecker, where b has them, whether b can run w here.
+func CheckRunnable(b Backend, w *Workload) error {
+	if ic, ok := b.(ImageChecker); ok && w.Kind == KindCommand {
+		if err := ic.CheckImage(w.Image); err != nil {
+			return err
+		}
+	}
+	if wc, ok := b.(WorkloadChecker); ok {
+		return wc.CheckWorkload(w)
+	}
+	return nil
 }

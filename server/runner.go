@@ -257,10 +257,8 @@ func (n *notifier) notify(id string) {
 }
 
 // checkImage refuses, at submit, a command workload whose image backend b
-// cannot run: bad input, answered 400 with nothing recorded or started.
+// cannot run (bad input, answered 400), or a workload b refuses here
+// (sandbox.WorkloadChecker), with nothing recorded or started.
 func checkImage(b sandbox.Backend, inv *sandbox.Invocation) error {
-	if ic, ok := b.(sandbox.ImageChecker); ok && inv.Workload.Kind == sandbox.KindCommand {
-		return ic.CheckImage(inv.Workload.Image)
-	}
-	return nil
+	return sandbox.CheckRunnable(b, &inv.Workload)
 }

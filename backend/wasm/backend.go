@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -184,6 +185,15 @@ func (b *Backend) Probe(ctx context.Context) sandbox.Capability {
 	}
 	if b.pool != nil {
 		c.Features = append(c.Features, "fd-bound-workers")
+	}
+	if b.cfg.Unprivileged {
+		c.Unprivileged = true
+		c.Features = slices.DeleteFunc(c.Features, func(f string) bool { return f == "disk-quota" })
+		c.Features = append(c.Features, "no-workspace")
+	}
+	if why := b.cfg.privilegeReason(); why != "" {
+		c.Reason = why
+		return c
 	}
 	mod, err := wat2wasm(probeWAT)
 	if err == nil {

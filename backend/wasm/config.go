@@ -2,13 +2,13 @@ package wasm
 
 import (
 	"fmt"
-	"github.com/wovyr/wovyr/battery"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/internal/wasmcapi"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -44,6 +44,15 @@ type Config struct {
 	Worker []string
 	// Workers bounds the worker processes (jobs at once). Zero means 16.
 	Workers int
+	// Unprivileged runs without root, and so without workspaces: a
+	// size-limited workspace is a tmpfs mount, which needs CAP_SYS_ADMIN,
+	// and a plain directory would let a guest fill the disk. An invocation
+	// with files in or out is then refused as policy-unenforceable
+	// (ErrNoWorkspace); the rest runs as with root. It is part of the
+	// config hash, so a certification of one mode never covers the other.
+	// False means workspaces are tmpfs mounts, which needs root (Probe says
+	// so when it is not).
+	Unprivileged bool
 
 	// weak holds deliberate weaknesses for the battery's positive controls.
 	// Only probes.go sets it; New never accepts it from outside the package.
@@ -133,5 +142,8 @@ func (c Config) hash() string {
 		fmt.Fprintf(&b, " ro=%s:%s", p.Host, p.Guest)
 	}
 	fmt.Fprintf(&b, " fdbound=%v weak=%+v", len(c.Worker) > 0, c.weak)
+	if c.Unprivileged { // only then, so that root's hash stays what it was
+		b.WriteString(" unprivileged")
+	}
 	return digest([]byte(b.String()))[:32]
 }

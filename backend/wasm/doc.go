@@ -44,6 +44,13 @@
 // battery probe 54 fails, so that configuration is never certified. See
 // docs/adr/0004-wasm-descriptor-bound.md.
 //
+// Unprivileged (Config.Unprivileged, what wovyr uses without root) there is
+// no workspace, since only root can mount the sized tmpfs: an invocation
+// with files in or out is refused as policy-unenforceable (ErrNoWorkspace),
+// never run without its disk quota. The mode is in the config hash and the
+// capability, and its battery records the workspace rows as not applicable
+// (docs/adr/0015-unprivileged-wasm.md).
+//
 // What it does not do: Limits.Pids has no meaning (a guest has no
 // processes). Limits.CPU is applied as a deadline (a guest runs
 // on one thread). Non-empty egress allowlists are refused

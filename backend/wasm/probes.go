@@ -51,6 +51,9 @@ func Probes() []Probe {
 func RunProbes(ctx context.Context, cfg Config) []Record {
 	var out []Record
 	for _, p := range Probes() {
+		if _, na := unprivilegedNA()[p.ID]; na && cfg.Unprivileged {
+			continue
+		}
 		out = append(out, p.Run(ctx, cfg), p.Control(ctx, cfg))
 	}
 	return out
@@ -171,6 +174,53 @@ func (e *probeEnv) runModule(ctx context.Context, mod []byte, in *sandbox.Invoca
 	}
 	defer sb.Destroy(context.WithoutCancel(ctx))
 	return sb.Run(ctx, in)
+}
+
+// standInGuest is where an unprivileged probe's stand-in workspace is.
+const standInGuest = "/probe-ro"
+
+// workBackend is backend for the probes that work through a directory at
+// fd 3 (traversal, descriptors, host calls). With root that is the
+// invocation's workspace (work gives it a file). Unprivileged there is
+// none, so fd 3 is a read-only stand-in holding probe.txt, made where
+// workspaces live so that ".." from it reaches what it would from one.
+func (e *probeEnv) workBackend(pre ...Preopen) (*Backend, error) {
+	if !e.cfg.Unprivileged || e.b != nil {
+		return e.backend(pre...)
+	}
+	parent := filepath.Join(e.cfg.StateDir, "wasm", "work")
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return nil, err
+	}
+	d, err := os.MkdirTemp(parent, "wovyr-wasm-")
+	if err != nil {
+		return nil, err
+	}
+	e.cleanup = append(e.cleanup, func() { os.RemoveAll(d) })
+	if err := os.WriteFile(filepath.Join(d, "probe.txt"), []byte("probe"), 0o644); err != nil {
+		return nil, err
+	}
+	return e.backend(append([]Preopen{{Host: d, Guest: standInGuest}}, pre...)...)
+}
+
+// work is withWork for workBackend's probes: unprivileged, the stand-in
+// is already granted and the invocation carries no files.
+func (e *probeEnv) work(in *sandbox.Invocation) *sandbox.Invocation {
+	if !e.cfg.Unprivileged {
+		return withWork(in)
+	}
+	if in == nil {
+		in = &sandbox.Invocation{}
+	}
+	return in
+}
+
+// workGuest is the guest path of workBackend's fd 3.
+func (e *probeEnv) workGuest() string {
+	if e.cfg.Unprivileged {
+		return standInGuest
+	}
+	return workspaceGuest
 }
 
 // withWork makes the invocation preopen /workspace (fd 3) by giving it a file.

@@ -45,7 +45,7 @@ var probeTraversal = Probe{
 	// Control: a preopen grants the host root.
 	weakness: WeakHostRoot,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
-		b, err := e.backend()
+		b, err := e.workBackend()
 		if err != nil {
 			return failed(err)
 		}
@@ -60,7 +60,7 @@ var probeTraversal = Probe{
 				g.open(fmt.Sprintf("fd%d.path%d", fd, i), fd, p, 0, wasiRead, lookupFollow)
 			}
 		}
-		res, err := e.runWat(ctx, g.module(), withWork(nil))
+		res, err := e.runWat(ctx, g.module(), e.work(nil))
 		if err != nil {
 			return failed(err)
 		}
@@ -87,7 +87,7 @@ var probeSymlinks = Probe{
 	weakness: WeakWidePreopen,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
 		dataDir, pfx, pre := e.wideData()
-		b, err := e.backend(pre)
+		b, err := e.workBackend(pre)
 		if err != nil {
 			return failed(err)
 		}
@@ -97,8 +97,9 @@ var probeSymlinks = Probe{
 		outside := filepath.Join(b.work, "wovyr-created-62")
 		defer os.Remove(outside)
 		g := newWat()
-		// Guest-made links out of /workspace (fd 3), then followed, also with
-		// O_CREAT and a trailing slash.
+		// Guest-made links out of /workspace (fd 3; unprivileged, a
+		// read-only stand-in), then followed, also with O_CREAT and a
+		// trailing slash.
 		g.call("symlink.rel", "(call $path_symlink "+g.str("../wovyr-canary-62")+" (i32.const 3) "+g.str("l1")+")")
 		g.call("symlink.abs", "(call $path_symlink "+g.str(filepath.Join(b.work, "wovyr-canary-62"))+" (i32.const 3) "+g.str("l2")+")")
 		g.call("symlink.create", "(call $path_symlink "+g.str("../wovyr-created-62")+" (i32.const 3) "+g.str("l3")+")")
@@ -110,7 +111,7 @@ var probeSymlinks = Probe{
 		g.open("host.abs", 4, pfx+"abs", 0, wasiRead, lookupFollow)
 		g.open("host.rel", 4, pfx+"rel", 0, wasiRead, lookupFollow)
 		e.plant(filepath.Join(b.work, "wovyr-canary-62"))
-		res, err := e.runWat(ctx, g.module(), withWork(nil))
+		res, err := e.runWat(ctx, g.module(), e.work(nil))
 		if err != nil {
 			return failed(err)
 		}
@@ -253,7 +254,7 @@ var probeFDTricks = Probe{
 	// Control: an ungranted preopen (the host root) appears in the table.
 	weakness: WeakHostRoot,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
-		if _, err := e.backend(); err != nil {
+		if _, err := e.workBackend(); err != nil {
 			return failed(err)
 		}
 		g := newWat()
@@ -264,13 +265,13 @@ var probeFDTricks = Probe{
 		g.call("close.3", "(call $fd_close (i32.const 3))")
 		g.call("close.again", "(call $fd_close (i32.const 3))")
 		g.open("open.closed", 3, "probe.txt", 0, wasiRead, 0)
-		res, err := e.runWat(ctx, g.module(), withWork(nil))
+		res, err := e.runWat(ctx, g.module(), e.work(nil))
 		if err != nil {
 			return failed(err)
 		}
 		obs, ok := verdict(e, res)
 		m := guestLines(res.Stdout)
-		want := map[string]string{"preopen": workspaceGuest, "renumber.missing": fmt.Sprint(eBadf), "close.3": "0",
+		want := map[string]string{"preopen": e.workGuest(), "renumber.missing": fmt.Sprint(eBadf), "close.3": "0",
 			"close.again": fmt.Sprint(eBadf), "open.closed": fmt.Sprint(eBadf)}
 		for k, v := range want {
 			if m[k] != v {

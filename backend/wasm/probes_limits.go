@@ -119,7 +119,7 @@ var probeFDs = Probe{
 	// guest's descriptors but the whole process's limit.
 	weakness: WeakNoFDBound,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
-		if _, err := e.backend(); err != nil {
+		if _, err := e.workBackend(); err != nil {
 			return failed(err)
 		}
 		nofile := sandbox.DefaultNoFile
@@ -133,7 +133,7 @@ var probeFDs = Probe{
 		g.call("opened", "(local.get $n)")
 		g.call("errno", "(local.get $e)")
 		src := strings.Replace(g.module(), `(func (export "_start")`, `(func (export "_start") (local $n i32) (local $e i32)`, 1)
-		res, err := e.runWat(ctx, src, withWork(nil))
+		res, err := e.runWat(ctx, src, e.work(nil))
 		if err != nil {
 			return failed(err)
 		}
@@ -143,7 +143,7 @@ var probeFDs = Probe{
 		// so: Wasmtime's preview1 reports the host's EMFILE as errno io.
 		errno, _ := strconv.Atoi(m["errno"])
 		ok := ran(res) && n <= nofile && n >= nofile-fdSlack && (errno == eMfile || errno == eNfile || errno == eIO)
-		return fmt.Sprintf("open /workspace/probe.txt repeatedly (stop at %d); want EMFILE (or io) at Limits.NoFile=%d", stop, nofile), lines(res), ok
+		return fmt.Sprintf("open %s/probe.txt repeatedly (stop at %d); want EMFILE (or io) at Limits.NoFile=%d", e.workGuest(), stop, nofile), lines(res), ok
 	},
 }
 
@@ -415,7 +415,7 @@ var probeHostCalls = Probe{
 	ID: 69, Name: "host function abuse",
 	weakness: WeakProbeSelf,
 	run: func(ctx context.Context, e *probeEnv) (string, string, bool) {
-		if _, err := e.backend(); err != nil {
+		if _, err := e.workBackend(); err != nil {
 			return failed(err)
 		}
 		// The control passes in-bounds arguments: the same calls succeed,
@@ -442,7 +442,7 @@ var probeHostCalls = Probe{
 				g.code(c.setup)
 			}
 			g.call(c.name, c.expr)
-			res, err := e.runWat(ctx, g.module(), withWork(nil))
+			res, err := e.runWat(ctx, g.module(), e.work(nil))
 			if err != nil {
 				return failed(err)
 			}

@@ -67,6 +67,9 @@ func (b *Backend) run(ctx context.Context, inv *sandbox.Invocation, o runOpts) (
 	if !inv.Policy.Network.DenyAll() {
 		return nil, sandbox.Errorf(sandbox.Unenforceable, "policy.network", "the wasm backend has no sockets; it accepts deny-all egress only")
 	}
+	if err := b.CheckWorkload(w); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, sandbox.Wrap(sandbox.Killed, err, "wasm: cancelled before start")
 	}

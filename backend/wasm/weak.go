@@ -3,6 +3,7 @@ package wasm
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -78,9 +79,13 @@ func (b *Backend) Weakened(w battery.Weakness) (sandbox.Backend, error) {
 
 // Suite is the battery suite that certifies b (`wovyr certify --backend
 // wasm`): the W probes, each run on the target's configuration, and why the
-// remaining rows that name wasm do not apply.
+// remaining rows that name wasm do not apply (unprivileged, also the rows
+// that need a writable workspace).
 func Suite(b *Backend) battery.Suite {
 	s := battery.Suite{Target: battery.Target{Backend: b}, NotApplicable: notApplicable()}
+	if b.cfg.Unprivileged {
+		maps.Copy(s.NotApplicable, unprivilegedNA())
+	}
 	for _, p := range Probes() {
 		s.Probes = append(s.Probes, battery.Probe{
 			ID: p.ID, Weakness: p.weakness, Backends: []string{Name},

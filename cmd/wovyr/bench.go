@@ -25,6 +25,9 @@ func benchMain(ctx context.Context, g *globals, args []string) int {
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
+	if code := refuseUnlessRoot("wovyr bench"); code != 0 {
+		return code
+	}
 	nd, code := mustNode(g)
 	if nd == nil {
 		return code

@@ -25,7 +25,8 @@ type globals struct {
 	cmd string
 }
 
-// defaultStateDir is /var/lib/wovyr for root, else the XDG state dir.
+// defaultStateDir is /var/lib/wovyr for root, else the XDG state dir
+// (stateDirError says so when it cannot be made).
 func defaultStateDir() string {
 	if d := os.Getenv("WOVYR_STATE_DIR"); d != "" {
 		return d
@@ -129,11 +130,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 }
 
 // mustNode opens the node, or reports why not and returns the exit code.
-// The caller closes it.
+// The caller closes it. Without root the node offers only unprivileged
+// wasm (newNode).
 func mustNode(g *globals) (*node, int) {
-	if code := refuseUnlessRoot(g); code != 0 {
-		return nil, code
-	}
 	n, err := openNode(g)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "wovyr:", err)

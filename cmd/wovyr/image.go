@@ -38,7 +38,7 @@ func imageMain(ctx context.Context, g *globals, args []string) int {
 	}
 	if a[0] != "list" {
 		// Templates are root-owned trees the root-run backends mount.
-		if code := refuseUnlessRoot(g); code != 0 {
+		if code := refuseUnlessRoot("wovyr image " + a[0]); code != 0 {
 			return code
 		}
 	}

@@ -59,7 +59,8 @@ const exitCodesHelp = `Exit codes (wovyr itself returns only 0, 2 and 120-127):
   2    usage error
   120  bad input (nothing was started)
   121  floor unmet: no certified, available backend at or above the required strength
-  122  the network policy cannot be enforced by any eligible backend
+  122  a policy cannot be enforced: a network policy no eligible backend enforces, or
+       files in or out (--file, --collect) for wasm without root (no disk quota)
   123  the workload hit its memory limit (oom)
   124  the workload hit its deadline (timeout)
   125  wovyr or the backend failed (backend-failure), also a result without a valid exit status
@@ -84,7 +85,7 @@ func usage(w io.Writer) {
 	for _, c := range cmds {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(w, "\nRun 'wovyr COMMAND --help' for a command's flags.\n\n%s\n%s\n%s", prerequisitesHelp, rootHelp, exitCodesHelp)
+	fmt.Fprintf(w, "\nRun 'wovyr COMMAND --help' for a command's flags.\n\n%s\n%s\n%s", prerequisitesHelp, rootHelp(), exitCodesHelp)
 }
 
 func main() {

@@ -26,25 +26,17 @@ func TestNotRootSaysWhatNeedsRoot(t *testing.T) {
 	if err := os.Chown(writable, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
-	asNobody := func(args ...string) outcome {
-		t.Helper()
-		cmd := exec.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", wovyrBin}, args...)...)
-		cmd.Env = []string{"HOME=/nonexistent", "PATH=/usr/bin:/bin"}
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		return outcome{out.String(), errb.String(), exitCode(err)}
-	}
+	asNobody := func(args ...string) outcome { t.Helper(); return asUser(t, "/nonexistent", args...) }
 	for _, state := range [][]string{nil, {"--state-dir", writable}} {
-		for _, args := range [][]string{
-			{"run", "--trust", "trusted", "--", "/bin/true"},
-			{"certify", "--backend", "native"},
-			{"backends"},
-			{"serve", "--listen", "127.0.0.1:0"},
-			{"image", "build", "busybox"},
+		for what, args := range map[string][]string{
+			"wovyr run of a command": {"run", "--trust", "trusted", "--", "/bin/true"},
+			"wovyr serve":            {"serve", "--listen", "127.0.0.1:0"},
+			"wovyr image build":      {"image", "build", "busybox"},
+			"wovyr certify --config": {"certify", "--config", "/nonexistent.yaml"},
+			"wovyr bench":            {"bench"},
 		} {
 			o := asNobody(append(append([]string{}, state...), args...)...)
-			want := "wovyr: wovyr " + args[0] + " needs root (this is uid 65534).\nwovyr runs sandboxes as root; each backend needs it for:\n"
+			want := "wovyr: " + what + " needs root (this is uid 65534).\nwovyr runs sandboxes as root; each backend needs it for:\n"
 			if o.code != exitBackendFailure || !strings.HasPrefix(o.stderr, want) || !strings.Contains(o.stderr, "wovyr run --remote") || strings.Contains(o.stderr, "permission denied") {
 				t.Errorf("as nobody, %v %v: %+v\nwant exit %d and stderr starting %q", state, args, o, exitBackendFailure, want)
 			}
@@ -62,6 +54,12 @@ func TestNotRootSaysWhatNeedsRoot(t *testing.T) {
 	}
 	if o := asNobody("run", "--remote", "http://127.0.0.1:1", "--token", "x", "--", "/bin/true"); strings.Contains(o.stderr, "needs root") {
 		t.Errorf("run --remote as nobody was refused for want of root: %+v", o)
+	}
+	// What runs without root (wasm) says so when its default state dir,
+	// under a home that does not exist, cannot be made.
+	want := "wovyr: state dir /nonexistent/.local/state/wovyr: mkdir /nonexistent: permission denied; without root the state dir is $XDG_STATE_HOME/wovyr, else $HOME/.local/state/wovyr: give --state-dir DIR (or WOVYR_STATE_DIR) a directory this user can write\n"
+	if o := asNobody("backends"); o.code != exitBackendFailure || o.stderr != want {
+		t.Errorf("backends as nobody without a home: %+v\nwant exit %d and stderr %q", o, exitBackendFailure, want)
 	}
 }
 

@@ -75,17 +75,25 @@ type nodeOptions struct {
 	pooled bool
 }
 
-// newNode constructs every backend, without a manager.
+// newNode constructs every backend, without a manager. Without root it
+// constructs only the wasm backend, unprivileged, and stands the others in
+// as rootOnly.
 func newNode(g *globals, log *slog.Logger, o nodeOptions) (*node, error) {
 	network := o.network
 	n := &node{g: g, log: log, network: network}
-	// 0711: sandbox uids traverse it to their workspaces; what lies below
-	// is private to each owner.
-	if err := os.MkdirAll(g.stateDir, 0o711); err != nil {
+	if err := makeStateDir(g.stateDir); err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(g.stateDir, 0o711); err != nil {
-		return nil, err
+	if unprivileged() {
+		worker, err := wasmWorker()
+		if err != nil {
+			return nil, err
+		}
+		if n.wasm, err = wasm.New(wasm.Config{StateDir: g.stateDir, Logger: n.log, Worker: worker, Unprivileged: true}); err != nil {
+			return nil, err
+		}
+		n.backends = append(rootOnlyBackends(), n.wasm)
+		return n, nil
 	}
 	var err error
 	n.native, err = native.New(native.Config{ScratchDir: n.nativeScratch(), Logger: n.log, Network: network})
@@ -125,11 +133,48 @@ func newNode(g *globals, log *slog.Logger, o nodeOptions) (*node, error) {
 	return n, nil
 }
 
+// makeStateDir makes the state dir. As root it is 0711: sandbox uids
+// traverse it to their workspaces, and what lies below is private to each
+// owner. Without root no other uid needs it: 0700.
+func makeStateDir(dir string) error {
+	mode := os.FileMode(0o711)
+	if unprivileged() {
+		mode = 0o700
+	}
+	if err := os.MkdirAll(dir, mode); err != nil {
+		return stateDirError{dir, err}
+	}
+	if err := os.Chmod(dir, mode); err != nil {
+		return stateDirError{dir, err}
+	}
+	return nil
+}
+
+// stateDirError says the state dir cannot be made, and without root where
+// the default comes from and how to choose another.
+type stateDirError struct {
+	dir string
+	err error
+}
+
+func (e stateDirError) Error() string {
+	msg := fmt.Sprintf("state dir %s: %v", e.dir, e.err)
+	if unprivileged() {
+		msg += "; without root the state dir is $XDG_STATE_HOME/wovyr, else $HOME/.local/state/wovyr: give --state-dir DIR (or WOVYR_STATE_DIR) a directory this user can write"
+	}
+	return msg
+}
+
+func (e stateDirError) Unwrap() error { return e.err }
+
 // nativeScratch is where native sandboxes' workspaces live.
 func (n *node) nativeScratch() string { return filepath.Join(n.g.stateDir, "scratch", "native") }
 
 // Close releases the backends' resources (the wasm engine and its ticker).
 func (n *node) Close() error {
+	if n.wasm == nil {
+		return nil
+	}
 	return n.wasm.Close()
 }
 

@@ -41,7 +41,7 @@ func runMain(ctx context.Context, g *globals, args []string) int {
 	fs.StringVar(&c.memory, "memory", "", "memory limit, e.g. 64M, 1G (default 256M)")
 	fs.IntVar(&c.pids, "pids", 0, "process/thread limit (default 128)")
 	fs.Var(&c.env, "env", "KEY=VALUE for the workload's environment (repeatable; nothing is inherited)")
-	fs.Var(&c.files, "file", "DEST=SRC: copy host file SRC into the workspace as DEST (repeatable)")
+	fs.Var(&c.files, "file", "DEST=SRC: copy host file SRC into the workspace as DEST (repeatable; needs root: without it wasm has no workspace)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the result as JSON")
 	fs.StringVar(&c.remote, "remote", "", "run through the wovyr daemon at this URL (e.g. http://127.0.0.1:8080)")
 	fs.StringVar(&c.token, "token", "", "bearer token for --remote (default $WOVYR_TOKEN, else the daemon's bootstrap token in the state dir)")
@@ -63,8 +63,14 @@ func runMain(ctx context.Context, g *globals, args []string) int {
 	if c.remote != "" {
 		return c.runRemote(ctx, g, inv)
 	}
-	if code := refuseUnlessRoot(g); code != 0 {
-		return code
+	if inv.Workload.Kind != sandbox.KindWasm {
+		// Without root only wasm runs (unprivileged, in its own mode).
+		if code := refuseUnlessRoot("wovyr run of a command"); code != 0 {
+			return code
+		}
+	}
+	if err := makeStateDir(g.stateDir); err != nil {
+		return c.fail(sandbox.Wrap(sandbox.BackendFailure, err, "start"))
 	}
 	if err := storeFree(g); err != nil {
 		return c.fail(err)
@@ -161,11 +167,10 @@ func (c *runCmd) execute(ctx context.Context, n *node, inv *sandbox.Invocation) 
 		return nil, err
 	}
 	// An image the selected backend cannot run is bad input, refused
-	// before anything is recorded (as the daemon does at submit).
-	if ic, ok := b.(sandbox.ImageChecker); ok && inv.Workload.Kind == sandbox.KindCommand {
-		if err := ic.CheckImage(inv.Workload.Image); err != nil {
-			return nil, err
-		}
+	// before anything is recorded (as the daemon does at submit); so is a
+	// workload it refuses here (unprivileged wasm: files in or out).
+	if err := sandbox.CheckRunnable(b, &inv.Workload); err != nil {
+		return nil, err
 	}
 	if c.backend != "" && b.Name() != c.backend {
 		cand, _ := n.mgr.Backend(c.backend)

@@ -51,7 +51,7 @@ func serveMain(ctx context.Context, g *globals, args []string) int {
 		fmt.Println(config.HashToken(strings.TrimSpace(tok)))
 		return 0
 	}
-	if code := refuseUnlessRoot(g); code != 0 {
+	if code := refuseUnlessRoot("wovyr serve"); code != 0 {
 		return code
 	}
 	if err := c.run(ctx, g); err != nil {
