@@ -19,7 +19,7 @@ import (
 	"github.com/wovyr/wovyr/snapshot"
 )
 
-// A microVM golden snapshot (ADR 0015) is a warm VM of one template,
+// A microVM golden snapshot (ADR 0018) is a warm VM of one template,
 // captured after its agent answered and its warm-up job ran, before any
 // tenant: guest RAM (a memfd the VM ran in, shared), the device state
 // QEMU's migration wrote with x-ignore-shared (a few tens of KB: RAM is
