@@ -106,6 +106,9 @@ func Suite(b *Backend) battery.Suite {
 			return obs("tenant B reads its raw scratch device for tenant A's canary", bad, "no canary")
 		}},
 	}
+	for _, c := range cloneChecks() {
+		checks = append(checks, check(c))
+	}
 	s := battery.Suite{Target: battery.Target{Backend: b}, NotApplicable: notApplicable(b.cfg.Network != nil)}
 	for _, c := range checks {
 		s.Probes = append(s.Probes, vmProbe(c.id, c.weak, c.run))
@@ -142,6 +145,7 @@ type batteryCache struct {
 	posture *findings
 	postErr error
 	a       *tenantARun
+	clones  *cloneRun
 }
 
 // postureObs inspects (once per backend) a running warm VM of b.
@@ -230,7 +234,6 @@ func notApplicable(withNet bool) map[int]string {
 	if withNet {
 		noNIC = "a VM's only network is a tap in its egress slot, by descriptor (probe 6 lints the VMM argv): whatever the guest opens leaves through the host-side table, stub and proxy, which bound and judge it (egress rows 70-81 via EgressSuite)"
 	}
-	const noSnap = "the microvm backend has no snapshot/restore yet: every VM boots fresh and runs one invocation"
 	m := map[int]string{
 		2:  "the VMM runs in the host's namespaces by design: it holds no path to host files (probe 4), no NIC and no reachable socket (probe 6), and the guest kernel is the tenant's namespace",
 		3:  "the VMM's root and cwd are the host's /, but it opens nothing by path: every file it uses is passed as a descriptor (probe 4)",
@@ -252,7 +255,9 @@ func notApplicable(withNet bool) map[int]string {
 		55: "the guest agent kills the job at its wall limit and the host kills a silent VM at wall + boot allowance (TestOneShotHungGuestKilledAtDeadline); the VMM has a CPU quota (probe 5)",
 		56: guest, 57: guest, 60: "every guest process dies with the VM; Destroy kills the VMM's cgroup and verifies it empty",
 		59: noNIC, 82: guest, 83: noNIC, 84: noNIC,
-		85: noSnap, 87: noSnap, 88: noSnap, 89: noSnap, 90: noSnap, 91: noSnap,
+		89: "a clone's NIC moves to its own slot, MAC and address at thaw (agent.Thaw) and the claiming tenant's allowlist holds on it (TestEgressCloneClaim); " + noNIC,
+		90: "the guest agent kills every process of a job when it ends (a setsid daemon does not survive into the VM's next job), and a golden is captured after only the template's warm-up job: a clone starts with exactly the booted template's processes and the agent's descriptors (TestCloneIsItsOwnAndCarriesNothing compares clones' user processes); a control would need an agent that leaves processes behind, which no configuration builds",
+		91: "no credential enters a VM: egress is held host-side per slot (no token or proxy credential in the guest), and a golden is captured before any invocation, so nothing of a tenant's (env, files) is in it (row 85)",
 	}
 	for _, id := range []int{8, 9, 11, 12, 13, 20, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43} {
 		m[id] = guest

@@ -95,8 +95,8 @@ func (b *Backend) Golden(ctx context.Context, tmpl sandbox.Template) (sandbox.Go
 	if err != nil {
 		return nil, err
 	}
-	if b.cfg.weak != "" {
-		return nil, sandbox.ErrNoSnapshot // a positive control is never snapshotted
+	if !snapshotsAllowed(b.cfg.weak) {
+		return nil, sandbox.ErrNoSnapshot // other positive controls are never snapshotted
 	}
 	key := b.goldenKey(p, tmpl)
 	b.goldMu.Lock()
@@ -174,6 +174,9 @@ func (b *Backend) capture(ctx context.Context, p *probed, store *snapshot.Store,
 	if s.net != nil {
 		g.meta.Net = s.net.guest.String()
 	}
+	if err := s.weakCapture(); err != nil {
+		return fail(err, "the control's tenant job")
+	}
 	state, err := os.OpenFile(build.Path(goldenState), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fail(err, "state file")
@@ -246,6 +249,15 @@ func (s *vmSandbox) restore(ctx context.Context, g *golden) error {
 	}
 	conn := m.Port(agent.PortControl)
 	deadline := s.bootDeadline(ctx)
+	if s.b.cfg.weak == WeakNoThaw {
+		var rep agent.VMReply
+		if err := roundTrip(conn, deadline, agent.VMJob{Job: agent.Job{ID: "ready"}}, &rep, 1<<20); err != nil {
+			m.Kill()
+			return sandbox.Wrap(sandbox.BackendFailure, err, "clone VM %s did not answer", s.id)
+		}
+		s.m, s.conn = m, conn
+		return nil
+	}
 	t, err := s.thaw(g)
 	if err != nil {
 		m.Kill()

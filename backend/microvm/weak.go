@@ -32,6 +32,7 @@ var weaknesses = map[battery.Weakness]bool{
 	battery.RunAsRoot: true, battery.SharedUID: true, battery.NoRlimits: true,
 	battery.NoDiskQuota: true, battery.NoOutputCap: true,
 	WeakWorldReadable: true, WeakReusedScratch: true, WeakProbeSelf: true, WeakOpenNetwork: true,
+	WeakTenantGolden: true, WeakNoThaw: true,
 }
 
 // Weakened implements battery.Weakener: a copy of b with one weakness, for
