@@ -99,6 +99,9 @@ func install(ctx context.Context, dir, name string, fill func(root string) error
 	if err := fill(root); err != nil {
 		return err
 	}
+	if err := recordDigest(tmp); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
