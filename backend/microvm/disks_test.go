@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/wovyr/wovyr/image"
 	"github.com/wovyr/wovyr/sandbox"
@@ -210,5 +211,36 @@ func TestRootDiskCacheReconcile(t *testing.T) {
 	want := []string{strings.TrimPrefix(keep, d.dir+"/"), strings.TrimPrefix(live, d.dir+"/")}
 	if strings.Join(left, " ") != strings.Join(want, " ") {
 		t.Fatalf("after reconcile: %v, want %v (gone's disk was %s)", left, want, gone)
+	}
+}
+
+// BenchmarkRootDiskBuild measures what a template's first microVM use
+// adds: hashing a template that has no recorded digest, and building its
+// root disk (mkfs.ext4 -d, sync, rename), for the OCI tests' busybox and
+// base templates.
+func BenchmarkRootDiskBuild(b *testing.B) {
+	for _, name := range []string{"busybox", "base"} {
+		b.Run(name, func(b *testing.B) {
+			if !image.Exists(ociTemplates, name) {
+				b.Skipf("no %s template in %s", name, ociTemplates)
+			}
+			dir := b.TempDir()
+			var digest, build time.Duration
+			for b.Loop() {
+				d := newDisks(filepath.Join(dir, "disks"), ociTemplates, slog.New(slog.DiscardHandler))
+				t0 := time.Now()
+				if _, err := d.digest(name); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				if _, err := d.rootDisk(context.Background(), name); err != nil {
+					b.Fatal(err)
+				}
+				digest, build = digest+t1.Sub(t0), build+time.Since(t1)
+				os.RemoveAll(d.dir)
+			}
+			b.ReportMetric(float64(digest.Milliseconds())/float64(b.N), "digest-ms/op")
+			b.ReportMetric(float64(build.Milliseconds())/float64(b.N), "build-ms/op")
+		})
 	}
 }

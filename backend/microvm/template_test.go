@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/wovyr/wovyr/image"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
@@ -53,5 +55,45 @@ func TestTemplateRootDisk(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(disksDir(b.cfg.StateDir), "py")); len(ents) != 1 {
 		t.Errorf("py has %d disks, want the one both sandboxes used", len(ents))
+	}
+}
+
+// ociTemplates is the OCI tests' prebuilt template store, read only here.
+const ociTemplates = "/var/cache/wovyr-test/oci/images"
+
+// TestBaseTemplate runs the debootstrap template (a Debian root, as `image
+// import` of a distribution image gives) on microVM, as backend/oci's
+// TestBaseImage does on container and gVisor. Building "base" needs the
+// network, so it is built once per machine outside the tests:
+//
+//	wovyr --state-dir /var/cache/wovyr-test/oci image build base
+func TestBaseTemplate(t *testing.T) {
+	if !image.Exists(ociTemplates, "base") {
+		t.Skip("base template not cached in " + ociTemplates + " (building it needs the network; see the doc comment)")
+	}
+	b := sibling(t, backend(t), func(c *Config) { c.TemplatesDir = ociTemplates })
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(disksDir(b.cfg.StateDir), "base")) })
+	ctx := context.Background()
+	start := time.Now()
+	s, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand, Image: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy(ctx)
+	t.Logf("prepare with the root disk built: %v", time.Since(start))
+	in := inv("/bin/sh", "-c", "cat /etc/debian_version; ls -l /usr/bin/env | cut -c1-10; id -u; pwd")
+	in.Workload.Image = "base"
+	in.Workload.Env = []string{"PATH=/usr/bin:/bin"}
+	res, err := s.Run(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, err := os.ReadFile(filepath.Join(image.RootFS(ociTemplates, "base"), "etc/debian_version"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := string(version) + "-rwxr-xr-x\n0\n/workspace\n"
+	if string(res.Stdout) != want || string(res.Stderr) != "" || res.ExitCode != 0 {
+		t.Fatalf("exit %d stdout %q stderr %q (%s), want %q", res.ExitCode, res.Stdout, res.Stderr, res.Error, want)
 	}
 }
