@@ -14,8 +14,9 @@ import (
 
 // Config configures the backend. Zero fields take the defaults documented.
 type Config struct {
-	// StateDir is wovyr's state directory. VMs live in StateDir/microvm and
-	// the default image in StateDir/images/microvm. Required.
+	// StateDir is wovyr's state directory. VMs live in StateDir/microvm,
+	// the default image in StateDir/images/microvm and templates' root
+	// disks in StateDir/microvm-disks. Required.
 	StateDir string
 	// ImageDir is the built image (wovyr image build microvm); zero: the
 	// default above. Its kernel and initramfs boot every VM, and its root
