@@ -90,9 +90,15 @@ func TreeDigest(root string) (string, error) {
 		if err := unix.Lstat(p, &st); err != nil {
 			return &fs.PathError{Op: "lstat", Path: p, Err: err}
 		}
+		// A directory's size is its filesystem's business (mkfs does not
+		// keep it); a regular file's frames its contents in the stream.
+		var size uint64
+		if st.Mode&syscall.S_IFMT == syscall.S_IFREG {
+			size = uint64(st.Size)
+		}
 		io.WriteString(h, rel+"\x00")
 		binary.Write(h, binary.BigEndian, []uint64{uint64(st.Mode), uint64(st.Uid), uint64(st.Gid),
-			uint64(st.Mtim.Sec), uint64(st.Mtim.Nsec), st.Rdev, uint64(st.Size)})
+			uint64(st.Mtim.Sec), uint64(st.Mtim.Nsec), st.Rdev, size})
 		if err := hashXattrs(h, p); err != nil {
 			return err
 		}
