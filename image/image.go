@@ -2,10 +2,15 @@
 // gvisor and microvm backends: built from Debian packages (Build) or
 // imported from an OCI image layout or a `docker save` tarball (Import).
 //
-// A template is a directory <dir>/<name>/rootfs owned by root. Templates are
-// read-only by convention and by construction: backends never write into
-// them, they mount them read-only (idmapped) as the lower layer of a
-// per-invocation overlay. A template appears atomically: it is built in a
+// A template is a directory <dir>/<name>/rootfs owned by root, beside its
+// digest (<dir>/<name>/digest: TreeDigest of the rootfs, written before the
+// template appears), which keys what is derived from it, such as a
+// microVM's root disk. Templates are read-only by convention and by
+// construction: backends never write into them; the OCI backends mount
+// them read-only (idmapped) as the lower layer of a per-invocation overlay,
+// the microvm backend copies them into a disk. A template changed in place
+// keeps its recorded digest, so replace it instead (image rm, then build or
+// import). A template appears atomically: it is built in a
 // temporary sibling and renamed into place, so a half-built template is
 // never visible and a crash leaves only a "*.tmp-*" directory for Reconcile.
 //
@@ -97,6 +102,9 @@ func install(ctx context.Context, dir, name string, fill func(root string) error
 		return err
 	}
 	if err := fill(root); err != nil {
+		return err
+	}
+	if err := recordDigest(tmp); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

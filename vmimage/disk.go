@@ -2,11 +2,13 @@ package vmimage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -131,6 +133,94 @@ func BusyboxRoot(ctx context.Context, busybox, dir string) error {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
 			return fmt.Errorf("vmimage: %w", err)
 		}
+	}
+	return nil
+}
+
+// RootDiskFormat names how BuildRootDisk lays a tree out (MakeExt4's
+// options, the lost+found removal). A cache of root disks keys on it, so a
+// wovyr that changes the layout never boots a disk made the old way.
+const RootDiskFormat = "ext4-nojournal-v1"
+
+// ErrRootNotDir is returned when a root disk's source is not a directory
+// (a symlink to one included: it is not followed).
+var ErrRootNotDir = errors.New("vmimage: root disk source is not a directory")
+
+// BuildRootDisk builds the read-only root disk holding the tree at src into
+// dst (mode 0644). It is built in a temporary file beside dst, synced and
+// renamed into place, so a reader never sees a partial disk and concurrent
+// builders of the same dst each install a whole one. mkfs.ext4 -d copies
+// the tree as it is, without root or a loop device: symlinks are copied as
+// links, never followed, so nothing outside src reaches the disk.
+func BuildRootDisk(ctx context.Context, src, dst string) error {
+	return installRootDisk(ctx, src, dst, true)
+}
+
+// BuildRootDiskOnce is BuildRootDisk that never replaces a disk at dst:
+// when another builder installed one first, that one stays and this
+// build is dropped. A cache whose entries are booted from (and captured in
+// snapshots) needs a disk, once there, never to change under its name.
+func BuildRootDiskOnce(ctx context.Context, src, dst string) error {
+	return installRootDisk(ctx, src, dst, false)
+}
+
+func installRootDisk(ctx context.Context, src, dst string, replace bool) error {
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return fmt.Errorf("vmimage: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%w: %s", ErrRootNotDir, src)
+	}
+	size, err := TreeSize(src)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(dst), filepath.Base(dst)+TempInfix+strconv.Itoa(os.Getpid())+"-")
+	if err != nil {
+		return fmt.Errorf("vmimage: %w", err)
+	}
+	tmp := f.Name()
+	f.Close()
+	ok := false
+	defer func() {
+		if !ok {
+			os.Remove(tmp)
+		}
+	}()
+	if err := MakeExt4(ctx, src, tmp, "wovyr-root", size); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, 0o644); err != nil {
+		return fmt.Errorf("vmimage: %w", err)
+	}
+	if err := syncFile(tmp); err != nil {
+		return err
+	}
+	if replace {
+		err = os.Rename(tmp, dst)
+		ok = err == nil
+	} else if err = os.Link(tmp, dst); errors.Is(err, fs.ErrExist) {
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("vmimage: %w", err)
+	}
+	return syncFile(filepath.Dir(dst))
+}
+
+// TempInfix marks BuildRootDisk's temporary files: "<dst>.tmp-<pid>-<random>",
+// so a reconciler can tell a dead builder's leftovers from a live one's.
+const TempInfix = ".tmp-"
+
+func syncFile(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return fmt.Errorf("vmimage: %w", err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("vmimage: sync %s: %w", p, err)
 	}
 	return nil
 }

@@ -1,7 +1,9 @@
 // Package vmimage builds what a wovyr microVM boots: an uncompressed vmlinux
 // taken from the distribution's kernel package, an initramfs holding the
 // wovyr guest agent as /init plus busybox and the kernel modules the guest
-// needs, and the workload's root filesystem as a read-only ext4 disk.
+// needs, and the workload's root filesystem as a read-only ext4 disk: the
+// image's own (a busybox root) and, through BuildRootDisk, one per template
+// of the node's store (the microvm backend caches them by template digest).
 //
 // # Why an uncompressed vmlinux
 //

@@ -136,18 +136,7 @@ func buildRootDisk(ctx context.Context, o Options, dst string) error {
 		}
 		src = tmp
 	}
-	size, err := TreeSize(src)
-	if err != nil {
-		return err
-	}
-	tmp := dst + ".tmp"
-	if err := MakeExt4(ctx, src, tmp, "wovyr-root", size); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, dst)
+	return BuildRootDisk(ctx, src, dst)
 }
 
 func (im *Image) writeManifest() error {

@@ -24,7 +24,8 @@ type Backend struct {
 	mu    sync.Mutex
 	probe *probed // the first successful probe; the accelerator never changes under a running wovyr
 
-	bat batteryCache // what battery probes share per backend (Suite)
+	bat   batteryCache // what battery probes share per backend (Suite)
+	disks *disks       // templates' root disks
 
 	goldMu  sync.Mutex         // serialises golden lookups and captures
 	goldens map[string]*golden // by key ID: the goldens this process holds
@@ -44,7 +45,7 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{cfg: c}, nil
+	return &Backend{cfg: c, disks: newDisks(disksDir(c.StateDir), c.TemplatesDir, c.Logger)}, nil
 }
 
 // Name implements sandbox.Backend.

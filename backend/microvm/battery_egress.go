@@ -118,7 +118,7 @@ func (b *Backend) runEgress(ctx context.Context, probe []byte, r *egressRun) (er
 		return err
 	}
 	defer peer.Close(context.WithoutCancel(ctx))
-	nb := &Backend{cfg: b.cfg, probe: b.probe}
+	nb := &Backend{cfg: b.cfg, probe: b.probe, disks: b.disks}
 	nb.cfg.Network, nb.cfg.Warm, nb.cfg.rig = svc, false, rig
 	s, err := nb.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
 	if err != nil {

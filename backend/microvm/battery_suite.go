@@ -153,7 +153,7 @@ func (b *Backend) postureObs(ctx context.Context, tried string, pick func(findin
 	b.bat.mu.Lock()
 	defer b.bat.mu.Unlock()
 	if b.bat.posture == nil && b.bat.postErr == nil {
-		warm := &Backend{cfg: b.cfg, probe: b.probe}
+		warm := &Backend{cfg: b.cfg, probe: b.probe, disks: b.disks}
 		warm.cfg.Warm = true
 		s, err := warm.Prepare(ctx, probeTemplate())
 		if err != nil {

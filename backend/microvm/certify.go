@@ -71,7 +71,7 @@ type certifier struct {
 // 6) and, as the control, a VM started as root without seccomp sandbox or
 // cgroup.
 func (c *certifier) posture(ctx context.Context) ([]ProbeRecord, error) {
-	warm := &Backend{cfg: c.b.cfg, probe: c.p}
+	warm := &Backend{cfg: c.b.cfg, probe: c.p, disks: c.b.disks}
 	warm.cfg.Warm = true
 	s, err := warm.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
 	if err != nil {
@@ -138,7 +138,7 @@ func (c *certifier) posture(ctx context.Context) ([]ProbeRecord, error) {
 	if qemuUID != int(vs.uid) {
 		distinct = append(distinct, fmt.Sprintf("QEMU runs as %d, not its sandbox's uid %d", qemuUID, vs.uid))
 	}
-	shared := &Backend{cfg: c.b.cfg}
+	shared := &Backend{cfg: c.b.cfg, disks: c.b.disks}
 	shared.cfg.SharedUser = true
 	sp := *c.p
 	if sp.uid, sp.gid, err = ensureUser(ctx, shared.cfg.User); err != nil {

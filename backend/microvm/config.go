@@ -14,12 +14,20 @@ import (
 
 // Config configures the backend. Zero fields take the defaults documented.
 type Config struct {
-	// StateDir is wovyr's state directory. VMs live in StateDir/microvm and
-	// the default image in StateDir/images/microvm. Required.
+	// StateDir is wovyr's state directory. VMs live in StateDir/microvm,
+	// the default image in StateDir/images/microvm and templates' root
+	// disks in StateDir/microvm-disks. Required.
 	StateDir string
 	// ImageDir is the built image (wovyr image build microvm); zero: the
-	// default above.
+	// default above. Its kernel and initramfs boot every VM, and its root
+	// disk is the root of workloads that name no template.
 	ImageDir string
+	// TemplatesDir is the node's template store (package image), whose
+	// templates a workload names as its image; each one's root disk is
+	// built on first use into StateDir/microvm-disks (disks.go). Zero:
+	// StateDir/images, where `wovyr image build` and `image import` put
+	// them.
+	TemplatesDir string
 	// Guest is this node's wovyr-guest binary. When set, an image whose
 	// initramfs carries another guest (one built by another wovyr) is
 	// unavailable with a reason that says to rebuild it: its agent would
@@ -78,6 +86,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ImageDir == "" {
 		c.ImageDir = ImageDir(c.StateDir)
 	}
+	if c.TemplatesDir == "" {
+		c.TemplatesDir = filepath.Join(c.StateDir, "images")
+	}
 	if c.VMM == nil {
 		c.VMM = &vmm.QEMU{Logger: c.Logger}
 	}
@@ -118,6 +129,9 @@ const DefaultUser = "wovyr-vm"
 func ImageDir(stateDir string) string { return filepath.Join(stateDir, "images", "microvm") }
 
 func vmsDir(stateDir string) string { return filepath.Join(stateDir, "microvm") }
+
+// disksDir is the cache of templates' root disks.
+func disksDir(stateDir string) string { return filepath.Join(stateDir, "microvm-disks") }
 
 func (c Config) bootTimeout(a vmm.Accel) time.Duration {
 	switch {

@@ -16,6 +16,12 @@
 //     the host); Run sends the job over it, applying the tenant's limits at
 //     claim time through a cgroup inside the guest.
 //
+// The VM boots the microVM image's kernel and initramfs (package vmimage)
+// whatever the workload's image; only the read-only root disk differs: the
+// image's own for an empty image, else the named template's, built from the
+// template's tree on its first use and cached by its digest (disks.go), so
+// every template of the node runs on microVM as on container and gVisor.
+//
 // Either way a sandbox runs one invocation and is then destroyed: there is
 // no verified reset of guest memory yet, so nothing implements Resetter.
 //

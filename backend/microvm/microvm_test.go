@@ -65,7 +65,7 @@ func backend(t testing.TB) *Backend {
 func sibling(t testing.TB, b *Backend, mod func(*Config)) *Backend {
 	c := b.cfg
 	mod(&c)
-	nb := &Backend{cfg: c}
+	nb := &Backend{cfg: c, disks: newDisks(disksDir(c.StateDir), c.TemplatesDir, c.Logger)}
 	nb.probe = b.probe
 	return nb
 }

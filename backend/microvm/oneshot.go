@@ -51,7 +51,7 @@ func (s *vmSandbox) runOneShot(ctx context.Context, inv *sandbox.Invocation) (*s
 		s.net.attach(spec)
 	}
 	spec.Disks = []vmm.Disk{
-		{Path: s.p.image.RootDisk(), Serial: agent.SerialRoot, ReadOnly: true},
+		{Path: s.root, Serial: agent.SerialRoot, ReadOnly: true},
 		{Path: s.scratch(), Serial: agent.SerialScratch},
 		{Path: jobDisk, Serial: agent.SerialJob, ReadOnly: true},
 		{Path: resultDisk, Serial: agent.SerialResult},

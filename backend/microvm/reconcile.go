@@ -74,5 +74,8 @@ func vmmProcesses(match func(name string) bool) []int {
 }
 
 // Reconcile removes what crashed VMs of this backend's state directory
-// left; the daemon calls it at start-up.
-func (b *Backend) Reconcile(ctx context.Context) error { return Reconcile(ctx, b.cfg.StateDir) }
+// left, and the root disks of templates that are gone or that a dead
+// builder left half-made; the daemon calls it at start-up.
+func (b *Backend) Reconcile(ctx context.Context) error {
+	return errors.Join(Reconcile(ctx, b.cfg.StateDir), b.disks.reconcile())
+}

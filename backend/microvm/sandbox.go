@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wovyr/wovyr/image"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/snapshot"
 	"github.com/wovyr/wovyr/vmimage"
@@ -40,6 +41,7 @@ type vmSandbox struct {
 	tmpl  sandbox.Template
 	limit sandbox.Limits // the template's limits with defaults
 	warm  bool           // its VM runs and serves the control port (Config.Warm, or a clone)
+	root  string         // the root disk: the template's, or the image's own
 
 	mu      sync.Mutex
 	st      state
@@ -69,7 +71,7 @@ func (b *Backend) preparable(ctx context.Context, tmpl sandbox.Template) (*probe
 	if tmpl.Kind != sandbox.KindCommand {
 		return nil, sandbox.Errorf(sandbox.BadInput, "kind", "the microvm backend runs command workloads, not %q", tmpl.Kind)
 	}
-	if err := checkImage(tmpl.Image); err != nil {
+	if err := b.CheckImage(tmpl.Image); err != nil {
 		return nil, err
 	}
 	return b.probed(ctx)
@@ -84,6 +86,11 @@ type boot struct {
 
 func (b *Backend) prepare(ctx context.Context, p *probed, tmpl sandbox.Template, how boot) (*vmSandbox, error) {
 	s := &vmSandbox{b: b, p: p, id: randomID(), tmpl: tmpl, limit: tmpl.Limits.WithDefaults(), warm: how.warm || how.golden != nil}
+	root, _, err := b.rootFor(ctx, p, tmpl.Image)
+	if err != nil {
+		return nil, err
+	}
+	s.root = root
 	s.dir = filepath.Join(vmsDir(b.cfg.StateDir), "wovyr-vm-"+s.id)
 	cleanup := []func(){}
 	undo := func() {
@@ -98,7 +105,6 @@ func (b *Backend) prepare(ctx context.Context, p *probed, tmpl sandbox.Template,
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "create VM directory")
 	}
 	cleanup = append(cleanup, func() { os.RemoveAll(s.dir) })
-	var err error
 	if s.uid, s.gid, s.releaseUID, err = b.vmUser(p); err != nil {
 		undo()
 		return nil, err
@@ -146,6 +152,9 @@ func (s *vmSandbox) scratch() string { return filepath.Join(s.dir, "scratch.ext4
 func (s *vmSandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Result, error) {
 	if err := s.b.checkInvocation(inv); err != nil {
 		return nil, err
+	}
+	if img := inv.Workload.Image; img != "" && s.b.diskName(img) != s.b.diskName(s.tmpl.Image) {
+		return nil, sandbox.Errorf(sandbox.BadInput, "workload.image", "sandbox was prepared for image %q, not %q", s.tmpl.Image, img)
 	}
 	s.mu.Lock()
 	if s.st != prepared {
@@ -220,18 +229,42 @@ func (b *Backend) checkInvocation(inv *sandbox.Invocation) error {
 	if err := b.CheckNetwork(inv.Policy.Network); err != nil {
 		return err
 	}
-	return checkImage(w.Image)
+	return b.CheckImage(w.Image)
 }
 
-// CheckImage implements sandbox.ImageChecker.
-func (b *Backend) CheckImage(name string) error { return checkImage(name) }
-
-// checkImage accepts the node's built image only, by its empty or default name.
-func checkImage(name string) error {
-	if name != "" && name != "default" {
-		return sandbox.Errorf(sandbox.BadInput, "workload.image", "unknown microvm image %q (this node has the default image only)", name)
+// CheckImage implements sandbox.ImageChecker: a template of the node's
+// store (Config.TemplatesDir), or empty (or "default", when no template
+// has that name) for the microVM image's own root disk.
+func (b *Backend) CheckImage(name string) error {
+	if name == "" || name == defaultImage || b.disks.known(name) {
+		return nil
 	}
-	return nil
+	return unknownImage(name, fmt.Errorf("%w: %s", image.ErrNotFound, name))
+}
+
+// defaultImage names the microVM image's own root disk.
+const defaultImage = "default"
+
+// usesTemplate reports whether name selects a template's root disk rather
+// than the image's own.
+func (b *Backend) usesTemplate(name string) bool {
+	return name != "" && (name != defaultImage || b.disks.known(name))
+}
+
+// diskName is the template whose root disk name selects; empty: the
+// image's own.
+func (b *Backend) diskName(name string) string {
+	if b.usesTemplate(name) {
+		return name
+	}
+	return ""
+}
+
+// unknownImage is the bad input of a template the node lacks; the fix,
+// which only the operator can make, is in Err (tenants see only Msg).
+func unknownImage(name string, cause error) error {
+	return &sandbox.Error{Class: sandbox.BadInput, Field: "workload.image", Msg: fmt.Sprintf("no template %q on this node", name),
+		Err: fmt.Errorf("%w (build it with wovyr image build, or wovyr image import)", cause)}
 }
 
 func randomID() string {

@@ -70,10 +70,10 @@ func (b *Backend) snapshots() (*snapshot.Store, error) {
 
 // goldenKey is tmpl's key on this node: the certification's key plus the
 // template's digest (image and shape, and whether VMs have a NIC).
-func (b *Backend) goldenKey(p *probed, tmpl sandbox.Template) snapshot.Key {
+func (b *Backend) goldenKey(p *probed, tmpl sandbox.Template, root string) snapshot.Key {
 	l := tmpl.Limits.WithDefaults()
 	h := sha256.New()
-	fmt.Fprintln(h, p.image.Digest, l.Memory, l.Disk, b.cfg.VCPUs, b.cfg.GuestOverhead, b.cfg.Network != nil)
+	fmt.Fprintln(h, p.image.Digest, root, l.Memory, l.Disk, b.cfg.VCPUs, b.cfg.GuestOverhead, b.cfg.Network != nil)
 	return snapshot.Key{
 		Backend: b.Name(), Version: p.cap.Version, Kernel: hostKernel(),
 		ConfigHash: p.cap.ConfigHash, Template: hex.EncodeToString(h.Sum(nil))[:24],
@@ -98,7 +98,11 @@ func (b *Backend) Golden(ctx context.Context, tmpl sandbox.Template) (sandbox.Go
 	if !snapshotsAllowed(b.cfg.weak) {
 		return nil, sandbox.ErrNoSnapshot // other positive controls are never snapshotted
 	}
-	key := b.goldenKey(p, tmpl)
+	_, root, err := b.rootFor(ctx, p, tmpl.Image)
+	if err != nil {
+		return nil, err
+	}
+	key := b.goldenKey(p, tmpl, root)
 	b.goldMu.Lock()
 	defer b.goldMu.Unlock()
 	if g := b.goldens[key.ID()]; g != nil && g.Valid() {
@@ -224,7 +228,11 @@ func (b *Backend) Restore(ctx context.Context, sg sandbox.Golden) (sandbox.Sandb
 	if err != nil {
 		return nil, err
 	}
-	if b.goldenKey(p, g.tmpl) != g.key {
+	_, root, err := b.rootFor(ctx, p, g.tmpl.Image)
+	if err != nil {
+		return nil, err
+	}
+	if b.goldenKey(p, g.tmpl, root) != g.key {
 		g.invalid.Store(true)
 		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "microvm: golden snapshot %s is stale", g.ID())
 	}

@@ -118,7 +118,8 @@ func TestGoldenIsVoidedByItsKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, _ := b.probed(context.Background())
-	old := b.goldenKey(p, sandbox.Template{Kind: sandbox.KindCommand})
+	_, root, _ := b.rootFor(context.Background(), p, "")
+	old := b.goldenKey(p, sandbox.Template{Kind: sandbox.KindCommand}, root)
 	old.ConfigHash = "another"
 	build, err := store.Begin(old)
 	if err != nil {

@@ -25,7 +25,7 @@ func (s *vmSandbox) warmSpec() *vmm.Spec {
 	spec := s.b.spec(s.p, s.p.accel, "vm-"+s.id, agent.ModeWarm, s.limit.Memory+s.b.cfg.GuestOverhead)
 	spec.UID, spec.GID = s.uid, s.gid
 	spec.Disks = []vmm.Disk{
-		{Path: s.p.image.RootDisk(), Serial: agent.SerialRoot, ReadOnly: true},
+		{Path: s.root, Serial: agent.SerialRoot, ReadOnly: true},
 		{Path: s.scratch(), Serial: agent.SerialScratch},
 	}
 	spec.Ports = []vmm.Port{{Name: agent.PortControl}}

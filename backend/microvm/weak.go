@@ -46,7 +46,7 @@ func (b *Backend) Weakened(w battery.Weakness) (sandbox.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	nb := &Backend{cfg: b.cfg}
+	nb := &Backend{cfg: b.cfg, disks: b.disks}
 	nb.cfg.weak = w
 	np := *p
 	if w == battery.SharedUID {

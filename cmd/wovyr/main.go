@@ -74,7 +74,8 @@ const exitCodesHelp = `Exit codes (wovyr itself returns only 0, 2 and 120-127):
 const prerequisitesHelp = `Before a backend runs work here, the escape battery must certify it (as root):
   every backend       wovyr certify  (or wovyr certify --backend NAME)
   container, gvisor   first wovyr image build busybox (the battery's template; gvisor also needs runsc)
-  microvm             first wovyr image build microvm (guest kernel, initramfs, root disk)
+  microvm             first wovyr image build microvm (guest kernel, initramfs, default root disk;
+                      a template's root disk is built from it on first use)
 wovyr backends shows what each backend lacks.
 `
 

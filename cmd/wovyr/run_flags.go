@@ -30,7 +30,7 @@ type invocationFlags struct {
 }
 
 func (f *invocationFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.image, "image", "", "root filesystem template for container, gvisor and microvm (default: the backend's default; see wovyr image list)")
+	fs.StringVar(&f.image, "image", "", "root filesystem template for container, gvisor and microvm (default: the backend's default; see wovyr image list; microvm builds its root disk on first use)")
 	fs.StringVar(&f.output, "output", "", "bytes of stdout and of stderr kept, each, e.g. 8M (default 1M, at most 64M)")
 	fs.StringVar(&f.disk, "disk", "", "writable bytes (workspace, file size), e.g. 256M (default 64M)")
 	fs.DurationVar(&f.cpu, "cpu", 0, "CPU-time limit, e.g. 10s (default: only --timeout bounds it)")
