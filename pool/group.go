@@ -77,8 +77,9 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 }
 
 // Add creates the pool for key, sized by the group's rules, with factory
-// (the manager's Prepare for that backend and template).
-func (g *Group) Add(key Key, factory Factory) (*Pool, error) {
+// (the manager's Prepare for that backend and template) and check (nil:
+// none; see Config.Check).
+func (g *Group) Add(key Key, factory Factory, check Check) (*Pool, error) {
 	size, ok := SizeFor(g.cfg.Sizes, key)
 	if !ok {
 		return nil, sandbox.Errorf(sandbox.BadInput, "pool.sizes", "no sizing rule for %s", key)
@@ -88,7 +89,7 @@ func (g *Group) Add(key Key, factory Factory) (*Pool, error) {
 	if _, dup := g.pools[key]; dup {
 		return nil, sandbox.Errorf(sandbox.BadInput, "pool.key", "pool %s already exists", key)
 	}
-	p, err := New(Config{Key: key, Factory: factory, MaxLive: size.MaxLive, Autoscale: size.Autoscale, Logger: g.cfg.Logger})
+	p, err := New(Config{Key: key, Factory: factory, Check: check, MaxLive: size.MaxLive, Autoscale: size.Autoscale, Logger: g.cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -158,6 +159,16 @@ func (g *Group) ReconcileAsync(ctx context.Context, now time.Time, onErr func(Ke
 				onErr(p.cfg.Key, err)
 			}
 		})
+	}
+}
+
+// Resume makes every stalled pool of backend (empty: of every backend)
+// retry at its next Reconcile; see Pool.Resume.
+func (g *Group) Resume(backend string) {
+	for _, p := range g.list() {
+		if backend == "" || p.cfg.Key.Backend == backend {
+			p.Resume()
+		}
 	}
 }
 

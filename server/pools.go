@@ -41,7 +41,7 @@ func (s *Server) poolFor(b sandbox.Backend, tmpl sandbox.Template) (*pool.Pool, 
 	if p, ok := s.pools.Get(key); ok {
 		return p, nil
 	}
-	p, err := s.pools.Add(key, s.mgr.Factory(b, tmpl))
+	p, err := s.pools.Add(key, s.mgr.Factory(b, tmpl), templateCheck(b, tmpl))
 	if err != nil {
 		// Lost a race with another first use: take the winner's.
 		if p, ok := s.pools.Get(key); ok {
@@ -50,6 +50,16 @@ func (s *Server) poolFor(b sandbox.Backend, tmpl sandbox.Template) (*pool.Pool, 
 		return nil, err
 	}
 	return p, nil
+}
+
+// templateCheck is the pool's cheap test that tmpl can be prepared on b:
+// the backend's image check for a command template, else none. It lets a
+// pool stalled on a missing image refill as soon as the image is built.
+func templateCheck(b sandbox.Backend, tmpl sandbox.Template) pool.Check {
+	if ic, ok := b.(sandbox.ImageChecker); ok && tmpl.Kind == sandbox.KindCommand {
+		return func() error { return ic.CheckImage(tmpl.Image) }
+	}
+	return nil
 }
 
 // poolLoop drives the pools' autoscaling until ctx ends, then closes them.
@@ -80,7 +90,7 @@ func (s *Server) poolLoop(ctx context.Context) {
 type poolCollector struct {
 	g                                            *pool.Group
 	hits, misses, warm, live, failures, breakers *prometheus.Desc
-	acquire                                      *prometheus.Desc
+	stalled, acquire                             *prometheus.Desc
 }
 
 func newPoolCollector(g *pool.Group) *poolCollector {
@@ -94,13 +104,15 @@ func newPoolCollector(g *pool.Group) *poolCollector {
 		live:     d("wovyr_pool_live", "Live sandboxes (warm and in use)."),
 		failures: d("wovyr_pool_create_failures_total", "Sandbox creations that failed."),
 		breakers: d("wovyr_pool_breaker_open", "1 while the pool's create-failure breaker is not closed."),
+		stalled: prometheus.NewDesc("wovyr_pool_stalled", "1 while the pool's template cannot be prepared (reason: the error class, field: the template field at fault); it prepares nothing until the template can have changed.",
+			[]string{"backend", "template", "reason", "field"}, nil),
 		acquire: prometheus.NewDesc("wovyr_pool_acquire_seconds", "Acquire latency, warm (a ready sandbox) or cold (prepared on the spot).",
 			[]string{"backend", "template", "path"}, nil),
 	}
 }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.hits, c.misses, c.warm, c.live, c.failures, c.breakers, c.acquire} {
+	for _, d := range []*prometheus.Desc{c.hits, c.misses, c.warm, c.live, c.failures, c.breakers, c.stalled, c.acquire} {
 		ch <- d
 	}
 }
@@ -118,6 +130,11 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.live, prometheus.GaugeValue, float64(sn.Live), l...)
 		ch <- prometheus.MustNewConstMetric(c.failures, prometheus.CounterValue, float64(sn.CreateFailures), l...)
 		ch <- prometheus.MustNewConstMetric(c.breakers, prometheus.GaugeValue, open, l...)
+		if st := sn.Stall; st != nil {
+			ch <- prometheus.MustNewConstMetric(c.stalled, prometheus.GaugeValue, 1, sn.Key.Backend, sn.Key.Template, string(st.Class()), st.Field())
+		} else {
+			ch <- prometheus.MustNewConstMetric(c.stalled, prometheus.GaugeValue, 0, sn.Key.Backend, sn.Key.Template, "", "")
+		}
 		for path, h := range map[string]pool.HistogramSnapshot{"warm": sn.AcquireWarm, "cold": sn.AcquireCold} {
 			buckets := make(map[float64]uint64, len(h.Bounds))
 			var cum uint64
