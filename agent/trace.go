@@ -36,6 +36,15 @@ func forkAndWait(prog string, argv []string, attr *syscall.ProcAttr, started cha
 	if err != nil {
 		return
 	}
+	_ = WaitUntraced(pid, ws, ru)
+}
+
+// WaitUntraced waits until the child pid has exited, setting ws and ru;
+// at each ptrace-stop of a child that made its parent its tracer
+// (PTRACE_TRACEME) it detaches, so the child runs on untraced (see
+// forkAndWait). It must run on the thread that forked pid: only the
+// tracer may detach. The native backend's forking thread uses it too.
+func WaitUntraced(pid int, ws *syscall.WaitStatus, ru *syscall.Rusage) error {
 	for {
 		_, err := syscall.Wait4(pid, ws, 0, ru)
 		if err == syscall.EINTR {
@@ -45,7 +54,7 @@ func forkAndWait(prog string, argv []string, attr *syscall.ProcAttr, started cha
 			detach(pid, ws.StopSignal())
 			continue
 		}
-		return
+		return err
 	}
 }
 

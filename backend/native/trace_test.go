@@ -1,0 +1,25 @@
+package native
+
+import (
+	"testing"
+	"time"
+
+	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/sandbox/sandboxtest"
+)
+
+// TestSelfTracingJob is issue #25 item 1's reproducer on native: a leader
+// that calls PTRACE_TRACEME and then takes a signal must keep its exit code
+// (7) and its output.
+func TestSelfTracingJob(t *testing.T) {
+	b := newBackend(t)
+	data := sandboxtest.Traceme(t)
+	inv := &sandbox.Invocation{Tenant: "acme", Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: []string{"/bin/sh", "-c", "chmod +x tool && exec ./tool"},
+		Env: []string{"PATH=/usr/bin:/bin"}, Files: []sandbox.File{{Path: "tool", Data: data, Mode: 0o755}}}}
+	inv.Limits.Wall = 30 * time.Second
+	inv.Policy.Trust = sandbox.Trusted
+	res := run(t, b, inv)
+	if want := "traceme errno=0\ngot SIGUSR1\n"; res.Class != sandbox.OK || res.ExitCode != 7 || string(res.Stdout) != want {
+		t.Fatalf("class %q (%s), exit %d, stdout %q, stderr %q; want exit 7 and %q", res.Class, res.Error, res.ExitCode, res.Stdout, res.Stderr, want)
+	}
+}
