@@ -253,7 +253,7 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	res.Timings.Started = time.Now()
 	h := s.handle
 	defer h.Close()
-	wait, err := s.spawner.start(cmd, rl, h)
+	wait, err := s.spawner.start(cmd, rl, h, s.b.weak == battery.TraceStopAsExit)
 	if err != nil {
 		// execve itself refused (the sandbox's uid may not read or run
 		// what root could see): the workload's outcome, as on every tier.

@@ -106,6 +106,8 @@ type spawnReq struct {
 	group   *cgroup.Handle // the sandbox's, opened at Prepare
 	started chan error
 	exited  chan exited // the leader's end, once started
+	// stopIsExit: take a ptrace-stop for the exit (row 94's control only)
+	stopIsExit bool
 }
 
 // exited is how the leader ended, as the forking thread's wait saw it.
@@ -156,7 +158,7 @@ func newSpawner(visit *cgroup.Group) *spawner {
 				// leader that calls PTRACE_TRACEME, and only the tracer
 				// can detach at its ptrace-stops (issue #25 item 1).
 				var e exited
-				e.err = agent.WaitUntraced(r.cmd.Process.Pid, &e.ws, nil)
+				e.err = agent.WaitUntraced(r.cmd.Process.Pid, &e.ws, nil, r.stopIsExit)
 				r.exited <- e
 				<-s.quit // the child's parent lives until Run is done with it
 			}
@@ -227,8 +229,8 @@ func (sp spawn) enter() error {
 // child is killed and reaped. The caller waits with the returned wait
 // (never cmd.Wait: the thread reaps the leader) and then calls close. A
 // spawner starts one command.
-func (s *spawner) start(cmd *exec.Cmd, limits *rlimits, h *cgroup.Handle) (wait func() (syscall.WaitStatus, error), err error) {
-	r := spawnReq{cmd: cmd, limits: limits, group: h, started: make(chan error, 1), exited: make(chan exited, 1)}
+func (s *spawner) start(cmd *exec.Cmd, limits *rlimits, h *cgroup.Handle, stopIsExit bool) (wait func() (syscall.WaitStatus, error), err error) {
+	r := spawnReq{cmd: cmd, limits: limits, group: h, started: make(chan error, 1), exited: make(chan exited, 1), stopIsExit: stopIsExit}
 	select {
 	case s.req <- r:
 	case <-s.gone:

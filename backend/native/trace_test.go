@@ -1,8 +1,12 @@
 package native
 
 import (
+	"context"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/wovyr/wovyr/battery"
 
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/sandbox/sandboxtest"
@@ -22,4 +26,24 @@ func TestSelfTracingJob(t *testing.T) {
 	if want := "traceme errno=0\ngot SIGUSR1\n"; res.Class != sandbox.OK || res.ExitCode != 7 || string(res.Stdout) != want {
 		t.Fatalf("class %q (%s), exit %d, stdout %q, stderr %q; want exit 7 and %q", res.Class, res.Error, res.ExitCode, res.Stdout, res.Stderr, want)
 	}
+}
+
+// TestSelfTraceRow: battery row 94 passes on native and its control (the
+// wait that takes a ptrace-stop for the exit) flags.
+func TestSelfTraceRow(t *testing.T) {
+	s := Suite(newBackend(t), buildGuest(t))
+	s.Probes = slices.DeleteFunc(s.Probes, func(p battery.Probe) bool { return p.ID != 94 })
+	rec, err := battery.Run(context.Background(), s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range rec.Outcomes {
+		if o.ID == 94 {
+			if !o.Pass || !o.ControlFlagged {
+				t.Fatalf("#94: pass %v (%s), control flagged %v (%s)", o.Pass, o.Observed, o.ControlFlagged, o.ControlObserved)
+			}
+			return
+		}
+	}
+	t.Fatal("no outcome for row 94")
 }
