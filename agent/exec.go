@@ -84,7 +84,7 @@ func execute(ctx context.Context, job Job, attr func(*syscall.SysProcAttr)) Repl
 	go func() {
 		defer close(reaped)
 		forkAndWait(prog, job.Argv, &syscall.ProcAttr{Dir: job.Dir, Env: env,
-			Files: []uintptr{uintptr(stdinR), uintptr(outW), uintptr(errW)}, Sys: sys}, started, &ws, &ru)
+			Files: []uintptr{uintptr(stdinR), uintptr(outW), uintptr(errW)}, Sys: sys}, started, &ws, &ru, job.TraceStopIsExit)
 		fds.close(exitW)
 	}()
 	f := <-started

@@ -39,6 +39,10 @@ type Job struct {
 	// RLIMIT_NPROC counts the job's tasks alone: the agent adds its own
 	// threads (SetRlimits).
 	Rlimits []Rlimit `json:"rlimits,omitempty"`
+	// TraceStopIsExit makes the agent take the leader's ptrace-stop for
+	// its exit, as it did before issue #25's fix: battery row 94's
+	// positive control only, set by a weakened backend.
+	TraceStopIsExit bool `json:"trace_stop_is_exit,omitempty"`
 }
 
 // Rlimit is one resource limit, by its Linux number (RLIMIT_NOFILE, …).

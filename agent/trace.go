@@ -29,23 +29,34 @@ type forked struct {
 // every wait happen on this goroutine's locked OS thread, which is never
 // unlocked, so it ends with the goroutine (a tracer's exit would detach
 // the tracee too).
-func forkAndWait(prog string, argv []string, attr *syscall.ProcAttr, started chan<- forked, ws *syscall.WaitStatus, ru *syscall.Rusage) {
+func forkAndWait(prog string, argv []string, attr *syscall.ProcAttr, started chan<- forked, ws *syscall.WaitStatus, ru *syscall.Rusage, stopIsExit bool) {
 	runtime.LockOSThread()
 	pid, err := syscall.ForkExec(prog, argv, attr)
 	started <- forked{pid, err}
 	if err != nil {
 		return
 	}
+	_ = WaitUntraced(pid, ws, ru, stopIsExit)
+}
+
+// WaitUntraced waits until the child pid has exited, setting ws and ru;
+// at each ptrace-stop of a child that made its parent its tracer
+// (PTRACE_TRACEME) it detaches, so the child runs on untraced (see
+// forkAndWait). It must run on the thread that forked pid: only the
+// tracer may detach. The native backend's forking thread uses it too.
+// stopIsExit returns at the first stop instead (the behaviour before the
+// fix): battery row 94's positive control only.
+func WaitUntraced(pid int, ws *syscall.WaitStatus, ru *syscall.Rusage, stopIsExit bool) error {
 	for {
 		_, err := syscall.Wait4(pid, ws, 0, ru)
 		if err == syscall.EINTR {
 			continue
 		}
-		if err == nil && ws.Stopped() {
+		if err == nil && ws.Stopped() && !stopIsExit {
 			detach(pid, ws.StopSignal())
 			continue
 		}
-		return
+		return err
 	}
 }
 

@@ -65,6 +65,9 @@ const (
 	InheritEnv    Weakness = "inherit-env"
 	RunAsRoot     Weakness = "run-as-root"
 	SharedUID     Weakness = "shared-uid"
+	// TraceStopAsExit: the job's waiter takes the leader's ptrace-stop
+	// for its exit (wovyr before issue #25 item 1's fix), for row 94.
+	TraceStopAsExit Weakness = "trace-stop-as-exit"
 )
 
 // Weakener returns a copy of a backend with one weakness, for positive

@@ -36,6 +36,7 @@ func ProcessProbes(backends ...string) []Probe {
 		{ID: 58, Weakness: NoOutputCap, Run: probeFlood},
 		{ID: 60, Weakness: KeepOrphans, Run: probeOrphans},
 		{ID: 70, Weakness: HostNetwork, Run: probeEgressDenied},
+		{ID: 94, Weakness: TraceStopAsExit, Run: probeSelfTrace},
 	}
 	for i := range ps {
 		ps[i].Backends = backends
@@ -278,4 +279,34 @@ func slicesContains(ss []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// probeSelfTrace is row 94 (issue #25 item 1): the job's leader calls
+// PTRACE_TRACEME, then takes a signal. It must keep its exit code and its
+// whole output, both as the sandbox's first process (a one-shot OCI
+// sandbox runs a job without files as the container's init) and under the
+// agent (a file to write makes one-shot OCI sandboxes start it).
+func probeSelfTrace(ctx context.Context, t Target) Observation {
+	want := "traceme errno=0\ngot SIGUSR1\n" + `{"probe":"traceme","data":{"leader":"true"}}` + "\n"
+	obs := Observation{Tried: "the leader calls PTRACE_TRACEME, sends itself SIGUSR1, prints and exits 7; without files and with one", Secure: true}
+	var seen []string
+	for _, files := range [][]sandbox.File{nil, {{Path: "probe-file", Data: []byte("x"), Mode: 0o644}}} {
+		sb, err := t.Backend.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand, Image: t.Image})
+		if err != nil {
+			return Observation{Tried: obs.Tried, Observed: err.Error()}
+		}
+		inv := probeInvocation(t, sandbox.Limits{Wall: 20 * time.Second}, "traceme")
+		inv.Workload.Files = files
+		res, err := sb.Run(ctx, inv)
+		sb.Destroy(context.WithoutCancel(ctx))
+		if err != nil {
+			obs.Secure = false
+			seen = append(seen, fmt.Sprintf("files=%d: %v", len(files), err))
+			continue
+		}
+		seen = append(seen, fmt.Sprintf("files=%d: class=%q exit=%d stdout=%q", len(files), res.Class, res.ExitCode, truncate(res.Stdout, 200)))
+		obs.Secure = obs.Secure && res.Class == sandbox.OK && res.ExitCode == 7 && string(res.Stdout) == want
+	}
+	obs.Observed = strings.Join(seen, "; ")
+	return obs
 }

@@ -12,11 +12,17 @@ import (
 // the factory, waiting for a free slot while MaxLive sandboxes are live.
 // While it waits, a sandbox that comes back warm is taken too. A cancelled
 // or expired ctx ends the wait with a Killed or Timeout error and leaves
-// the slot count as it was. The caller must Release the lease.
+// the slot count as it was. On a stalled pool it fails at once with
+// ErrStalled and the template's typed error. The caller must Release the
+// lease.
 func (p *Pool) Acquire(ctx context.Context) (*Lease, error) {
 	start := time.Now()
 	if p.shut.Load() {
 		return nil, p.closedErr()
+	}
+	if st := p.stall.Load(); st != nil {
+		p.m.AcquireErrors.Add(1)
+		return nil, p.stalledErr(st)
 	}
 	p.arrivals.Add(1)
 	select {

@@ -22,6 +22,7 @@ type fakes struct {
 	live, max int
 	destroyed []int
 	fail      atomic.Bool // the factory fails while set
+	missing   atomic.Bool // the template is missing (a permanent failure) while set
 	calls     atomic.Int64
 	reset     func(*fakeSandbox) error // nil: not a Resetter
 	block     chan struct{}            // if set, the factory waits on it
@@ -49,6 +50,9 @@ func (f *fakes) factory(ctx context.Context) (sandbox.Sandbox, error) {
 	if f.fail.Load() {
 		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "fake backend is down")
 	}
+	if err := f.check(); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.next++
@@ -59,6 +63,15 @@ func (f *fakes) factory(ctx context.Context) (sandbox.Sandbox, error) {
 		return &resettable{s}, nil
 	}
 	return s, nil
+}
+
+// check is the fake's Config.Check: the template exists unless missing.
+func (f *fakes) check() error {
+	if f.missing.Load() {
+		return &sandbox.Error{Class: sandbox.BadInput, Field: "template.image", Msg: `no template "py" on this node`,
+			Err: errors.New("build it: wovyr image build py")}
+	}
+	return nil
 }
 
 func (f *fakes) snapshot() (live, most int, destroyed []int) {

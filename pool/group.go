@@ -77,14 +77,15 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 }
 
 // Add creates the pool for key, sized by the group's rules, with factory
-// (the manager's Prepare for that backend and template).
-func (g *Group) Add(key Key, factory Factory) (*Pool, error) {
-	return g.AddRestoring(key, factory, nil)
+// (the manager's Prepare for that backend and template) and check (nil:
+// none; see Config.Check).
+func (g *Group) Add(key Key, factory Factory, check Check) (*Pool, error) {
+	return g.AddRestoring(key, factory, check, nil)
 }
 
 // AddRestoring is Add for a backend that snapshots: the pool fills with
 // clones restored through r, factory being the fallback (Config.Restorer).
-func (g *Group) AddRestoring(key Key, factory Factory, r Restorer) (*Pool, error) {
+func (g *Group) AddRestoring(key Key, factory Factory, check Check, r Restorer) (*Pool, error) {
 	size, ok := SizeFor(g.cfg.Sizes, key)
 	if !ok {
 		return nil, sandbox.Errorf(sandbox.BadInput, "pool.sizes", "no sizing rule for %s", key)
@@ -94,7 +95,7 @@ func (g *Group) AddRestoring(key Key, factory Factory, r Restorer) (*Pool, error
 	if _, dup := g.pools[key]; dup {
 		return nil, sandbox.Errorf(sandbox.BadInput, "pool.key", "pool %s already exists", key)
 	}
-	p, err := New(Config{Key: key, Factory: factory, Restorer: r, MaxLive: size.MaxLive, Autoscale: size.Autoscale, Logger: g.cfg.Logger})
+	p, err := New(Config{Key: key, Factory: factory, Check: check, Restorer: r, MaxLive: size.MaxLive, Autoscale: size.Autoscale, Logger: g.cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -164,6 +165,16 @@ func (g *Group) ReconcileAsync(ctx context.Context, now time.Time, onErr func(Ke
 				onErr(p.cfg.Key, err)
 			}
 		})
+	}
+}
+
+// Resume makes every stalled pool of backend (empty: of every backend)
+// retry at its next Reconcile; see Pool.Resume.
+func (g *Group) Resume(backend string) {
+	for _, p := range g.list() {
+		if backend == "" || p.cfg.Key.Backend == backend {
+			p.Resume()
+		}
 	}
 }
 

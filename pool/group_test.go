@@ -49,16 +49,16 @@ func TestGroup(t *testing.T) {
 	}
 	fa, fb := &fakes{}, &fakes{}
 	ka, kb := Key{Backend: "native", Template: "sh"}, Key{Backend: "wasm", Template: "py"}
-	if _, err := g.Add(kb, fb.factory); err != nil {
+	if _, err := g.Add(kb, fb.factory, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.Add(ka, fa.factory); err != nil {
+	if _, err := g.Add(ka, fa.factory, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.Add(ka, fa.factory); !errors.Is(err, sandbox.BadInput) {
+	if _, err := g.Add(ka, fa.factory, nil); !errors.Is(err, sandbox.BadInput) {
 		t.Fatalf("duplicate key: got %v", err)
 	}
-	if _, err := g.Add(Key{Backend: "wasm", Template: "js"}, fa.factory); !errors.Is(err, sandbox.BadInput) {
+	if _, err := g.Add(Key{Backend: "wasm", Template: "js"}, fa.factory, nil); !errors.Is(err, sandbox.BadInput) {
 		t.Fatalf("unsized key: got %v", err)
 	}
 	if err := g.Reconcile(context.Background(), t0); err != nil {
@@ -111,10 +111,10 @@ func TestReconcileAsyncSlowPoolHoldsNoOneBack(t *testing.T) {
 	}
 	slow := &fakes{block: make(chan struct{}), deaf: true}
 	fast := &fakes{}
-	if _, err := g.Add(Key{Backend: "microvm"}, slow.factory); err != nil {
+	if _, err := g.Add(Key{Backend: "microvm"}, slow.factory, nil); err != nil {
 		t.Fatal(err)
 	}
-	fp, err := g.Add(Key{Backend: "native"}, fast.factory)
+	fp, err := g.Add(Key{Backend: "native"}, fast.factory, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,29 @@ type Snapshot struct {
 	Goldens, GoldenFailures                      uint64
 	Warm, Live, InUse, Target                    int
 	Breaker                                      autoscale.BreakerState
+	Stall                                        *Stall // nil unless stalled
 	AcquireWarm, AcquireCold                     HistogramSnapshot
+}
+
+// Pool states, as State reports them.
+const (
+	StateOK       = "ok"                // refilling normally
+	StateOpen     = "breaker-open"      // transient create failures: waiting out a back-off
+	StateHalfOpen = "breaker-half-open" // one probe create allowed
+	StateStalled  = "stalled"           // the template cannot be prepared (see Stall)
+)
+
+// State is the pool's refill state: a stall, else the breaker's.
+func (s Snapshot) State() string {
+	switch {
+	case s.Stall != nil:
+		return StateStalled
+	case s.Breaker == autoscale.Open:
+		return StateOpen
+	case s.Breaker == autoscale.HalfOpen:
+		return StateHalfOpen
+	}
+	return StateOK
 }
 
 // HitRatio is Hits/(Hits+Misses), or 0 before any acquire.
@@ -68,6 +90,7 @@ func (p *Pool) Snapshot() Snapshot {
 		Warm: len(p.warm), Live: int(p.live.Load()), InUse: int(p.inUse.Load()),
 		Target:      int(p.target.Load()),
 		Breaker:     autoscale.BreakerState(p.breaker.Load()),
+		Stall:       p.stall.Load(),
 		AcquireWarm: m.AcquireWarm.Snapshot(),
 		AcquireCold: m.AcquireCold.Snapshot(),
 	}

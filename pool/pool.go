@@ -25,7 +25,8 @@
 // forgotten Release costs a log line, not a slot.
 //
 // What it refuses to do: start goroutines of its own beyond one Acquire
-// wait or one reclaim; scale on a timer (the caller's Reconcile(ctx, now)
+// wait or one reclaim; retry a template that can never be prepared (see
+// Stall); scale on a timer (the caller's Reconcile(ctx, now)
 // drives refill and trimming, decided by package autoscale); reuse a sandbox
 // whose reset failed. It creates nothing on the host itself, so it has no
 // leftovers to reconcile after a crash: Close destroys what it holds, and
@@ -76,6 +77,12 @@ type Config struct {
 	ResetTimeout time.Duration
 	// DestroyTimeout bounds Sandbox.Destroy; zero means 30s.
 	DestroyTimeout time.Duration
+	// Check, if not nil, says whether the template can be prepared; a pool
+	// stalled by a template Check also refused retries once Check passes.
+	Check Check
+	// StallRetry is how long a stalled pool waits before it tries one
+	// create again on its own (see Stall); zero means 10m.
+	StallRetry time.Duration
 }
 
 // Pool is a pool of sandboxes for one key. It is safe for concurrent use.
@@ -91,10 +98,11 @@ type Pool struct {
 	mu   sync.Mutex           // orders pushes to warm against Close
 	shut atomic.Bool          // set by Close
 
-	live, inUse atomic.Int64 // live: holds a slot; inUse: leased
-	arrivals    atomic.Int64 // since the last Reconcile
-	misses      atomic.Int64 // since the last Reconcile
-	streak      atomic.Int64 // consecutive create failures
+	live, inUse atomic.Int64          // live: holds a slot; inUse: leased
+	arrivals    atomic.Int64          // since the last Reconcile
+	misses      atomic.Int64          // since the last Reconcile
+	streak      atomic.Int64          // consecutive create failures
+	stall       atomic.Pointer[Stall] // nil unless the template cannot be prepared
 
 	rec     sync.Mutex  // serialises Reconcile
 	busy    atomic.Bool // a Reconcile started by Group.ReconcileAsync runs
@@ -114,7 +122,7 @@ func New(cfg Config) (*Pool, error) {
 		return nil, sandbox.Errorf(sandbox.BadInput, "pool.factory", "a factory is required")
 	case cfg.MaxLive < 1:
 		return nil, sandbox.Errorf(sandbox.BadInput, "pool.max_live", "must be at least 1, got %d", cfg.MaxLive)
-	case cfg.ResetTimeout < 0 || cfg.DestroyTimeout < 0:
+	case cfg.ResetTimeout < 0 || cfg.DestroyTimeout < 0 || cfg.StallRetry < 0:
 		return nil, sandbox.Errorf(sandbox.BadInput, "pool.timeouts", "must not be negative")
 	}
 	policy, err := autoscale.New(cfg.Autoscale)
@@ -135,6 +143,10 @@ func New(cfg Config) (*Pool, error) {
 	}
 	if cfg.DestroyTimeout == 0 {
 		cfg.DestroyTimeout = 30 * time.Second
+	}
+	if cfg.StallRetry == 0 {
+		// Long: one prepare per retry of a template nothing said was fixed.
+		cfg.StallRetry = 10 * time.Minute
 	}
 	return &Pool{
 		cfg:    cfg,
@@ -217,8 +229,9 @@ func (p *Pool) freeSlot() {
 }
 
 // create runs the factory for a slot the caller holds; on failure it frees
-// the slot. Its outcome feeds the breaker's failure streak, unless ctx
-// ended first.
+// the slot. Its outcome feeds the breaker's failure streak and stalls the
+// pool on a permanent error (a success or a transient error ends a stall),
+// unless ctx ended first.
 func (p *Pool) create(ctx context.Context) (sandbox.Sandbox, error) {
 	sb, err := p.prepare(ctx)
 	if err == nil && sb == nil {
@@ -227,12 +240,20 @@ func (p *Pool) create(ctx context.Context) (sandbox.Sandbox, error) {
 	if err != nil {
 		if ctx.Err() == nil { // a caller giving up says nothing about the backend
 			p.streak.Add(1)
+			if Permanent(err) {
+				p.stallOn(err)
+			} else {
+				p.stall.Store(nil)
+			}
 		}
 		p.m.CreateFailures.Add(1)
 		p.freeSlot()
 		return nil, fmt.Errorf("pool %s: create: %w", p.cfg.Key, err)
 	}
 	p.streak.Store(0)
+	if p.stall.Swap(nil) != nil {
+		p.log.Info("pool no longer stalled: a create succeeded")
+	}
 	p.m.Creates.Add(1)
 	return sb, nil
 }

@@ -13,7 +13,8 @@ import (
 // Reconcile moves the pool toward its autoscale target: it observes what
 // happened since the previous call, asks the policy for a decision at now
 // (the caller's clock value) and carries it out — destroying surplus warm
-// sandboxes and creating new ones in parallel, waiting for them. ctx bounds
+// sandboxes and creating new ones in parallel, waiting for them; a
+// stalled pool creates nothing until a retry is due (see Stall). ctx bounds
 // the creates. The server calls it periodically; the pool has no timer of
 // its own. The error joins the failed creates and destroys.
 func (p *Pool) Reconcile(ctx context.Context, now time.Time) error {
@@ -21,6 +22,13 @@ func (p *Pool) Reconcile(ctx context.Context, now time.Time) error {
 	defer p.rec.Unlock()
 	if p.shut.Load() {
 		return p.closedErr()
+	}
+	var errs []error
+	if st := p.stall.Load(); st != nil {
+		ok, err := p.reconcileStalled(ctx, st, now)
+		if errs = append(errs, err); !ok {
+			return p.reconcileErr(errs)
+		}
 	}
 	o := autoscale.Observation{
 		Now:        now,
@@ -39,7 +47,6 @@ func (p *Pool) Reconcile(ctx context.Context, now time.Time) error {
 		p.log.Warn("breaker "+d.Breaker.String(), "fail_streak", o.FailStreak, "retry_at", p.state.RetryAt)
 	}
 
-	var errs []error
 	for range d.Destroy {
 		select {
 		case sb := <-p.warm:
@@ -72,6 +79,10 @@ func (p *Pool) Reconcile(ctx context.Context, now time.Time) error {
 		})
 	}
 	wg.Wait()
+	return p.reconcileErr(errs)
+}
+
+func (p *Pool) reconcileErr(errs []error) error {
 	if err := errors.Join(errs...); err != nil {
 		return sandbox.Wrap(sandbox.BackendFailure, err, "pool %s: reconcile", p.cfg.Key)
 	}

@@ -45,7 +45,7 @@ func (s *Server) poolFor(b sandbox.Backend, tmpl sandbox.Template) (*pool.Pool, 
 	if mr := s.mgr.Restorer(b, tmpl); mr != nil {
 		r = mr // a backend that snapshots fills its pool with clones
 	}
-	p, err := s.pools.AddRestoring(key, s.mgr.Factory(b, tmpl), r)
+	p, err := s.pools.AddRestoring(key, s.mgr.Factory(b, tmpl), templateCheck(b, tmpl), r)
 	if err != nil {
 		// Lost a race with another first use: take the winner's.
 		if p, ok := s.pools.Get(key); ok {
@@ -54,6 +54,16 @@ func (s *Server) poolFor(b sandbox.Backend, tmpl sandbox.Template) (*pool.Pool, 
 		return nil, err
 	}
 	return p, nil
+}
+
+// templateCheck is the pool's cheap test that tmpl can be prepared on b:
+// the backend's image check for a command template, else none. It lets a
+// pool stalled on a missing image refill as soon as the image is built.
+func templateCheck(b sandbox.Backend, tmpl sandbox.Template) pool.Check {
+	if ic, ok := b.(sandbox.ImageChecker); ok && tmpl.Kind == sandbox.KindCommand {
+		return func() error { return ic.CheckImage(tmpl.Image) }
+	}
+	return nil
 }
 
 // poolLoop drives the pools' autoscaling until ctx ends, then closes them.
@@ -84,7 +94,7 @@ func (s *Server) poolLoop(ctx context.Context) {
 type poolCollector struct {
 	g                                            *pool.Group
 	hits, misses, warm, live, failures, breakers *prometheus.Desc
-	restores, fallbacks                          *prometheus.Desc
+	restores, fallbacks, stalled                 *prometheus.Desc
 	acquire                                      *prometheus.Desc
 }
 
@@ -101,13 +111,15 @@ func newPoolCollector(g *pool.Group) *poolCollector {
 		breakers:  d("wovyr_pool_breaker_open", "1 while the pool's create-failure breaker is not closed."),
 		restores:  d("wovyr_pool_restores_total", "Sandboxes restored from a golden snapshot instead of prepared cold."),
 		fallbacks: d("wovyr_pool_restore_fallbacks_total", "Restores that failed and fell back to a cold prepare on the same backend."),
+		stalled: prometheus.NewDesc("wovyr_pool_stalled", "1 while the pool's template cannot be prepared (reason: the error class, field: the template field at fault); it prepares nothing until the template can have changed.",
+			[]string{"backend", "template", "reason", "field"}, nil),
 		acquire: prometheus.NewDesc("wovyr_pool_acquire_seconds", "Acquire latency, warm (a ready sandbox) or cold (prepared on the spot).",
 			[]string{"backend", "template", "path"}, nil),
 	}
 }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.hits, c.misses, c.warm, c.live, c.failures, c.breakers, c.restores, c.fallbacks, c.acquire} {
+	for _, d := range []*prometheus.Desc{c.hits, c.misses, c.warm, c.live, c.failures, c.breakers, c.restores, c.fallbacks, c.stalled, c.acquire} {
 		ch <- d
 	}
 }
@@ -127,6 +139,11 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.breakers, prometheus.GaugeValue, open, l...)
 		ch <- prometheus.MustNewConstMetric(c.restores, prometheus.CounterValue, float64(sn.Restores), l...)
 		ch <- prometheus.MustNewConstMetric(c.fallbacks, prometheus.CounterValue, float64(sn.RestoreFallbacks), l...)
+		if st := sn.Stall; st != nil {
+			ch <- prometheus.MustNewConstMetric(c.stalled, prometheus.GaugeValue, 1, sn.Key.Backend, sn.Key.Template, string(st.Class()), st.Field())
+		} else {
+			ch <- prometheus.MustNewConstMetric(c.stalled, prometheus.GaugeValue, 0, sn.Key.Backend, sn.Key.Template, "", "")
+		}
 		for path, h := range map[string]pool.HistogramSnapshot{"warm": sn.AcquireWarm, "cold": sn.AcquireCold} {
 			buckets := make(map[float64]uint64, len(h.Bounds))
 			var cum uint64

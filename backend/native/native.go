@@ -167,7 +167,7 @@ func (b *Backend) Weakened(w battery.Weakness) (sandbox.Backend, error) {
 	switch w {
 	case battery.RunAsRoot, battery.NoRlimits, battery.InheritEnv, battery.SharedUID, battery.HostNetwork,
 		battery.NoPidsLimit, battery.NoMemoryLimit, battery.NoDiskQuota, battery.NoDeadline, battery.NoOutputCap,
-		battery.KeepOrphans, EgressOpen, EgressHostNetns:
+		battery.KeepOrphans, battery.TraceStopAsExit, EgressOpen, EgressHostNetns:
 		if b.net == nil && (w == EgressOpen || w == EgressHostNetns) {
 			return nil, fmt.Errorf("native without an egress service has no %q configuration", w)
 		}

@@ -253,7 +253,8 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	res.Timings.Started = time.Now()
 	h := s.handle
 	defer h.Close()
-	if err := s.spawner.start(cmd, rl, h); err != nil {
+	wait, err := s.spawner.start(cmd, rl, h, s.b.weak == battery.TraceStopAsExit)
+	if err != nil {
 		// execve itself refused (the sandbox's uid may not read or run
 		// what root could see): the workload's outcome, as on every tier.
 		if pe := (*fs.PathError)(nil); errors.As(err, &pe) && pe.Op == "fork/exec" {
@@ -288,7 +289,7 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	}
 	killCtx := context.WithoutCancel(ctx)
 	disarm := s.watch(ctx, lim.Wall, res)
-	err := cmd.Wait() // here, not on a waiter goroutine: one wake-up fewer
+	ws, err := wait()
 	disarm()
 	res.Usage.Wall = time.Since(res.Timings.Started)
 	// The leader is gone; whatever it left behind goes too, which also
@@ -305,7 +306,7 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	res.Usage.CPU, res.Usage.PeakMemory = st.CPU, st.PeakMemory
 	res.Stdout, res.StdoutTruncated = stdout.Bytes(), stdout.Truncated
 	res.Stderr, res.StderrTruncated = stderr.Bytes(), stderr.Truncated
-	sig := exitStatus(res, cmd, err)
+	sig := exitStatus(res, ws, err)
 	if res.Class == sandbox.OK && st.OOMKills > 0 {
 		res.Class, res.Error = sandbox.OOM, sandbox.MemoryLimitMessage(lim.Memory)
 	}
@@ -342,21 +343,20 @@ func (s *nativeSandbox) watch(ctx context.Context, wall time.Duration, res *sand
 
 // exitStatus fills the exit code and signal and returns the signal, if one
 // ended the process.
-func exitStatus(res *sandbox.Result, cmd *exec.Cmd, waitErr error) syscall.Signal {
-	ps := cmd.ProcessState
-	if ps == nil {
+func exitStatus(res *sandbox.Result, ws syscall.WaitStatus, waitErr error) syscall.Signal {
+	if waitErr != nil {
 		res.ExitCode = -1
 		if res.Class == sandbox.OK {
 			res.Class, res.Error = sandbox.BackendFailure, fmt.Sprint(waitErr)
 		}
 		return 0
 	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	if ws.Signaled() {
 		res.Signal = ws.Signal().String()
 		res.ExitCode = 128 + int(ws.Signal())
 		return ws.Signal()
 	}
-	res.ExitCode = ps.ExitCode()
+	res.ExitCode = ws.ExitStatus()
 	return 0
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/wovyr/wovyr/agent"
 	"github.com/wovyr/wovyr/cgroup"
 )
 
@@ -81,9 +82,10 @@ var visitRun = []string{"memory", "freezer", "cpu"}
 //
 // Network namespace, no_new_privs and credentials are per-thread in Linux
 // and inherited by children forked from that thread, so the thread takes
-// them at Prepare and Run pays only for the fork. The thread then stays
-// parked until close, which Run calls once it has reaped the child (any
-// thread may wait for a child of its process): the child's parent-death
+// them at Prepare and Run pays only for the fork. The thread then reaps
+// the child itself (it is the tracer of a child that calls PTRACE_TRACEME)
+// and stays parked until close, which Run calls once it has the child's
+// status: the child's parent-death
 // signal (SIGKILL) fires when that *thread* exits, so if wovyr dies at any
 // moment — even between exec and confinement — the workload dies with it.
 // The goroutine never unlocks its thread, so the runtime ends the thread
@@ -103,6 +105,15 @@ type spawnReq struct {
 	limits  *rlimits       // nil: inherit wovyr's (positive controls only)
 	group   *cgroup.Handle // the sandbox's, opened at Prepare
 	started chan error
+	exited  chan exited // the leader's end, once started
+	// stopIsExit: take a ptrace-stop for the exit (row 94's control only)
+	stopIsExit bool
+}
+
+// exited is how the leader ended, as the forking thread's wait saw it.
+type exited struct {
+	ws  syscall.WaitStatus
+	err error
 }
 
 // newSpawner starts the thread. Where visit is not nil it enters visit's
@@ -143,7 +154,13 @@ func newSpawner(visit *cgroup.Group) *spawner {
 				if v != nil {
 					_ = v.Leave(visitRun...) // while the workload runs
 				}
-				<-s.quit // the child's parent lives until the child is reaped
+				// This thread reaps the leader: it is the tracer of a
+				// leader that calls PTRACE_TRACEME, and only the tracer
+				// can detach at its ptrace-stops (issue #25 item 1).
+				var e exited
+				e.err = agent.WaitUntraced(r.cmd.Process.Pid, &e.ws, nil, r.stopIsExit)
+				r.exited <- e
+				<-s.quit // the child's parent lives until Run is done with it
 			}
 		case <-s.quit:
 		}
@@ -209,16 +226,24 @@ func (sp spawn) enter() error {
 // start has the parked thread start cmd confined: stopped at its execve
 // (traced), given its rlimits and moved into h's group (or, where the
 // thread visits the group, born inside it), then released. On error the
-// child is killed and reaped. The caller waits for cmd and then calls
-// close. A spawner starts one command.
-func (s *spawner) start(cmd *exec.Cmd, limits *rlimits, h *cgroup.Handle) error {
-	r := spawnReq{cmd: cmd, limits: limits, group: h, started: make(chan error, 1)}
+// child is killed and reaped. The caller waits with the returned wait
+// (never cmd.Wait: the thread reaps the leader) and then calls close. A
+// spawner starts one command.
+func (s *spawner) start(cmd *exec.Cmd, limits *rlimits, h *cgroup.Handle, stopIsExit bool) (wait func() (syscall.WaitStatus, error), err error) {
+	r := spawnReq{cmd: cmd, limits: limits, group: h, started: make(chan error, 1), exited: make(chan exited, 1), stopIsExit: stopIsExit}
 	select {
 	case s.req <- r:
 	case <-s.gone:
-		return errors.New("spawner already used")
+		return nil, errors.New("spawner already used")
 	}
-	return <-r.started
+	if err := <-r.started; err != nil {
+		return nil, err
+	}
+	return func() (syscall.WaitStatus, error) {
+		e := <-r.exited
+		_ = cmd.Process.Release() // reaped already; frees its pidfd
+		return e.ws, e.err
+	}, nil
 }
 
 // close ends the parked thread. Once a command started, call it only after

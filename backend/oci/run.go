@@ -102,6 +102,7 @@ func (s *Sandbox) runJob(ctx context.Context, inv *sandbox.Invocation, lim sandb
 	if s.b.weak == battery.NoDeadline {
 		job.Wall = 0
 	}
+	job.TraceStopIsExit = s.b.weak == battery.TraceStopAsExit
 	for _, f := range inv.Workload.Files {
 		job.Files = append(job.Files, agent.File{Path: f.Path, Data: f.Data, Mode: f.Mode})
 	}

@@ -70,7 +70,7 @@ const (
 var weaknesses = []battery.Weakness{
 	battery.RunAsRoot, battery.NoRlimits, battery.InheritEnv, battery.SharedUID, battery.HostNetwork,
 	battery.NoPidsLimit, battery.NoMemoryLimit, battery.NoDiskQuota, battery.NoDeadline, battery.NoOutputCap,
-	battery.KeepOrphans, Privileged, HostPIDAsRoot, HostDevices, Unmasked, HostBind, WritableProcSys, HostPrivileged,
+	battery.KeepOrphans, battery.TraceStopAsExit, Privileged, HostPIDAsRoot, HostDevices, Unmasked, HostBind, WritableProcSys, HostPrivileged,
 	LeakedDirFD, OpenDeviceCgroup, FollowLinks, WritableRuntimeCopy, SharedIPC, NaiveRootfs,
 	ExecHealthCheck, SuidRoot, HostPathLayers, EgressOpen, EgressHostNetns,
 }

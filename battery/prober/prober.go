@@ -24,6 +24,7 @@ type Report struct {
 	Count int               `json:"count,omitempty"` // how far it got (forks, bytes, files, fds)
 	Errno string            `json:"errno,omitempty"` // what stopped it
 	Data  map[string]string `json:"data,omitempty"`
+	Exit  int               `json:"-"` // the process's exit code (zero for most probes)
 }
 
 // Func is one probe. args are probe-specific; it writes its Report itself
@@ -54,6 +55,7 @@ func Probes() map[string]Func {
 		"ipcget":   ipcGet,
 		"kgrow":    kgrow,
 		"threads":  threads,
+		"traceme":  traceme,
 	}
 	maps.Copy(m, kernelProbes())
 	return m
@@ -81,7 +83,7 @@ func Main(args []string, stdout io.Writer) int {
 	rep.Probe = args[0]
 	b, _ := json.Marshal(rep)
 	fmt.Fprintln(stdout, string(b))
-	return 0
+	return rep.Exit
 }
 
 // intArg returns args[i] as an int, or def.
