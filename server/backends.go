@@ -21,7 +21,7 @@ type BackendStatus struct {
 // when its template's check passes, or when the backend is re-certified
 // or re-probed.
 type PoolStatus struct {
-	Key      string     `json:"key"`
+	Key      string     `json:"key,omitempty"` // admin only: the pool's whole key, its resource shape included
 	Template string     `json:"template"`
 	State    string     `json:"state"`
 	Class    string     `json:"class,omitempty"`
@@ -74,7 +74,10 @@ func (s *Server) withPools(sts []manager.Status, admin bool) []BackendStatus {
 		if !ok {
 			continue
 		}
-		ps := PoolStatus{Key: sn.Key.String(), Template: sn.Key.Template, State: sn.State()}
+		ps := PoolStatus{Template: sn.Key.Template, State: sn.State()}
+		if admin {
+			ps.Key = sn.Key.String()
+		}
 		if st := sn.Stall; st != nil {
 			since, retry := st.Since, st.RetryAt
 			ps.Class, ps.Field, ps.Since = string(st.Class()), st.Field(), &since
