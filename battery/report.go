@@ -70,7 +70,30 @@ func WriteMarkdown(w io.Writer, recs []cert.Record) {
 		fmt.Fprintf(w, "- **%s**%s (%s, kernel %s, config %s%s): %d passed with flagged controls, %d failed, %d not applicable; certified: %v (%s)\n",
 			r.Backend, egressNote(r), r.RuntimeVersion, r.Kernel, r.ConfigHash, accel, pass, fail, na, r.Passed, r.At.Format("2006-01-02 15:04 MST"))
 	}
+	fmt.Fprint(w, cloneSharing)
 }
+
+// cloneSharing says what a clone of a golden snapshot shares by design and
+// what it never shares (issue 17; rows 85–92).
+const cloneSharing = `
+## What a clone shares
+
+A clone restored from a golden snapshot (microVM: ADR 0018) starts as an exact copy of a
+sandbox that ran only the template's warm-up, so it shares by design everything that
+warm-up created: the guest kernel's page cache and slab state, the agent's process and
+its descriptors, whatever an interpreter loaded or seeded at import (a template whose
+warm-up seeds an in-process PRNG hands every clone the same seed: reseed in the tool, or
+draw from the kernel), the golden's scratch filesystem, the hostname (` + "`wovyr`" + ` on every
+sandbox of every tier).
+
+It never shares: anything of a tenant (no golden is captured from a sandbox a tenant ran
+in, and no clone is ever captured: rows 85, 86), the kernel RNG state (reseeded from 64
+host-random bytes before the first job: row 87), the wall clock (set from the host,
+within 50 ms: row 88), boot_id and machine-id (fresh per clone: row 87), the network
+identity (its own slot, address and MAC: row 89), writable disk blocks (a copy of the
+golden's scratch, which only the warm-up wrote: row 92), and RAM writes (private,
+copy-on-write over a golden sealed against writes).
+`
 
 func headers(recs []cert.Record) string {
 	runtimes := map[string]map[string]bool{} // backend → its runtimes
