@@ -3,6 +3,7 @@ package microvm
 import (
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"io"
 	"os"
 	"strconv"
@@ -194,4 +195,54 @@ func assertPrivate(t *testing.T, dir string) {
 	if got := strings.Join(names, " "); got != "golden.json meta.json ram scratch.ext4 state" {
 		t.Errorf("golden files %q", got)
 	}
+}
+
+// TestClonesAreUnique is BATTERY row 87 at scale: n clones of one golden
+// (WOVYR_SOAK_CLONES, default 8; `make soak` runs 100) read boot_id,
+// machine-id, a kernel UUID and urandom at 0, 10 and 100 ms into their
+// first job, and no two readings anywhere are equal.
+func TestClonesAreUnique(t *testing.T) {
+	n := 8
+	if v := os.Getenv("WOVYR_SOAK_CLONES"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 2 {
+			t.Fatalf("WOVYR_SOAK_CLONES=%q: want a number ≥ 2", v)
+		}
+	}
+	b := backend(t)
+	ctx := context.Background()
+	g, err := b.Golden(ctx, sandbox.Template{Kind: sandbox.KindCommand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const read = `cat /proc/sys/kernel/random/boot_id /etc/machine-id /proc/sys/kernel/random/uuid; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; echo`
+	seen := map[string]string{}
+	for i := range n {
+		s, err := b.Restore(ctx, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := run(t, s, read+"; sleep 0.01; "+read+"; sleep 0.09; "+read)
+		s.Destroy(ctx)
+		lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
+		if len(lines) != 12 {
+			t.Fatalf("clone %d printed %q", i, res.Stdout)
+		}
+		for j, l := range lines {
+			what := []string{"boot_id", "machine-id", "uuid", "urandom"}[j%4]
+			if what == "boot_id" || what == "machine-id" {
+				if j >= 4 && l != lines[j%4] {
+					t.Fatalf("clone %d: its %s changed during a job: %q then %q", i, what, lines[j%4], l)
+				}
+				if j >= 4 {
+					continue // the same clone's own, read again
+				}
+			}
+			if other, dup := seen[l]; dup {
+				t.Fatalf("clone %d's %s %q equals %s", i, what, l, other)
+			}
+			seen[l] = fmt.Sprintf("clone %d's %s", i, what)
+		}
+	}
+	t.Logf("%d clones, %d distinct readings", n, len(seen))
 }
