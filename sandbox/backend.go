@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"errors"
 	"slices"
 
 	"github.com/wovyr/wovyr/netpolicy"
@@ -85,35 +84,6 @@ type ProbeCacher interface {
 	// cannot; the manager then probes for real.
 	Adopt(ctx context.Context, capa Capability) error
 }
-
-// Snapshotter is implemented by backends that capture golden snapshots of
-// a template and restore clones from them (package snapshot), so that a
-// cold start is a restore. A golden is captured from a sandbox no tenant
-// code has run in, after the template's warm-up; a clone is never captured.
-type Snapshotter interface {
-	// Golden returns tmpl's golden snapshot: the one already in memory or
-	// on disk while its key holds, else a fresh capture (as slow as a cold
-	// Prepare, and more). ErrNoSnapshot means tmpl cannot be snapshotted
-	// here; callers then prepare cold.
-	Golden(ctx context.Context, tmpl Template) (Golden, error)
-	// Restore prepares a clone of g: a warm, tenant-neutral sandbox as
-	// Prepare returns, made unique (RNG, identity, clock) before it is
-	// returned. A failed restore leaves nothing behind.
-	Restore(ctx context.Context, g Golden) (Sandbox, error)
-}
-
-// Golden is a backend's handle to one golden snapshot.
-type Golden interface {
-	// ID is the snapshot's key digest (snapshot.Key.ID).
-	ID() string
-	// Valid is false once the backend has invalidated the snapshot (its
-	// key no longer holds, or a restore found it damaged); callers drop it
-	// and ask Golden again.
-	Valid() bool
-}
-
-// ErrNoSnapshot says a template cannot be snapshotted by this backend.
-var ErrNoSnapshot = errors.New("this template cannot be snapshotted here")
 
 // Resetter is implemented by sandboxes that can return to a verified clean,
 // tenant-neutral state after a run. Reset must verify, not assume: an error

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -143,15 +144,18 @@ func (q *QEMU) Args(s *Spec) []string {
 		if s.SharedRAM {
 			share = "on"
 		}
-		a = append(a, "-object", "memory-backend-file,id=ram,size="+strconv.FormatInt(mem>>20, 10)+"M,mem-path=/proc/self/fd/"+strconv.Itoa(fd)+",share="+share,
-			"-chardev", "socket,id=qmp,fd="+strconv.Itoa(fd+1), "-mon", "chardev=qmp,mode=control")
-		fd += 2
-		if s.Incoming != nil {
-			// Deferred: x-ignore-shared must be set over QMP first
-			// (QEMU 7.2 has no -global for it); Start then names fd
-			// incomingFD in migrate-incoming.
-			a = append(a, "-incoming", "defer")
-		}
+		a = append(a, "-object", "memory-backend-file,id=ram,size="+strconv.FormatInt(mem>>20, 10)+"M,mem-path=/proc/self/fd/"+strconv.Itoa(fd)+",share="+share)
+		fd++
+	}
+	if s.control() {
+		a = append(a, "-chardev", "socket,id=qmp,fd="+strconv.Itoa(fd), "-mon", "chardev=qmp,mode=control")
+		fd++
+	}
+	if s.Incoming != nil {
+		// Deferred: capabilities are set over QMP first (QEMU 7.2 has no
+		// -global for x-ignore-shared); Start then names the stream's
+		// descriptor in migrate-incoming.
+		a = append(a, "-incoming", "defer")
 	}
 	return a
 }
@@ -235,18 +239,19 @@ func openFiles(s *Spec) (files []*os.File, ports map[string]net.Conn, err error)
 			return nil, nil, err
 		}
 	}
+	var err2 error
 	if s.RAM != nil {
-		err := dup(s.RAM, "wovyr-ram")
-		if err == nil {
-			err = socketpair(qmpPort)
-		}
-		if err == nil && s.Incoming != nil {
-			err = dup(s.Incoming, "wovyr-incoming")
-		}
-		if err != nil {
-			closeAll()
-			return nil, nil, err
-		}
+		err2 = dup(s.RAM, "wovyr-ram")
+	}
+	if err2 == nil && s.control() {
+		err2 = socketpair(qmpPort)
+	}
+	if err2 == nil && s.Incoming != nil {
+		err2 = dup(s.Incoming, "wovyr-incoming")
+	}
+	if err2 != nil {
+		closeAll()
+		return nil, nil, err2
 	}
 	return files, ports, nil
 }
@@ -332,7 +337,7 @@ func (q *QEMU) Start(ctx context.Context, s *Spec) (Machine, error) {
 			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "limit the VMM")
 		}
 	}
-	if s.RAM != nil {
+	if s.control() {
 		if err := m.startQMP(ctx, s, incoming); err != nil {
 			m.Kill()
 			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s", tailLine(m.console.Bytes()))
@@ -366,33 +371,73 @@ func (m *machine) startQMP(ctx context.Context, s *Spec, fd int) error {
 	if s.Incoming == nil {
 		return nil
 	}
-	if err := q.ignoreShared(deadline); err != nil {
+	if err := q.ignoreShared(deadline, s.RAM != nil); err != nil {
 		return err
 	}
 	return q.do(deadline, "migrate-incoming", map[string]any{"uri": "fd:" + strconv.Itoa(fd)}, nil, nil)
 }
 
 // Save implements Machine: migrate to w with x-ignore-shared, so the stream
-// holds device state only, and wait until QEMU reports it complete.
+// holds device state only.
 func (m *machine) Save(ctx context.Context, w *os.File) error {
 	if m.qmp == nil || !m.sharedRAM {
 		// A clone's RAM is private: saving it would make a golden of
 		// memory a tenant may have run in.
 		return errors.New("vmm: only a machine with shared RAM (Spec.RAM, SharedRAM) can be saved")
 	}
+	return m.migrate(ctx, w, true)
+}
+
+// SaveAll implements Machine: migrate device state and RAM to w.
+func (m *machine) SaveAll(ctx context.Context, w *os.File) error {
+	if m.qmp == nil {
+		return errors.New("vmm: this machine has no QMP channel (Spec.Control)")
+	}
+	return m.migrate(ctx, w, false)
+}
+
+// migrate writes the machine's state to w and waits until QEMU reports it
+// complete; the guest stays paused.
+func (m *machine) migrate(ctx context.Context, w *os.File, ignoreShared bool) error {
 	m.qmpMu.Lock()
 	defer m.qmpMu.Unlock()
 	deadline := qmpDeadline(ctx)
 	q := m.qmp
-	if err := q.ignoreShared(deadline); err != nil {
+	if err := q.ignoreShared(deadline, ignoreShared); err != nil {
 		return err
 	}
-	if err := q.do(deadline, "getfd", map[string]any{"fdname": "snapshot"}, w, nil); err != nil {
+	// QEMU writes into a pipe and wovyr copies it to w: the VMM's
+	// RLIMIT_FSIZE (the size of its largest disk) must not bound a stream
+	// that carries RAM, and QEMU never holds a descriptor of the file.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("vmm: snapshot pipe: %w", err)
+	}
+	copied := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(w, pr)
+		pr.Close()
+		copied <- err
+	}()
+	err = q.do(deadline, "getfd", map[string]any{"fdname": "snapshot"}, pw, nil)
+	pw.Close() // QEMU holds its own copy; its close at the end is the copy's EOF
+	if err == nil {
+		err = q.do(deadline, "migrate", map[string]any{"uri": "fd:snapshot"}, nil, nil)
+	}
+	if err == nil {
+		err = m.waitMigrated(ctx, deadline)
+	}
+	if err != nil {
+		m.Kill() // a half-written stream: the VMM must not keep its end open
+		<-copied
 		return err
 	}
-	if err := q.do(deadline, "migrate", map[string]any{"uri": "fd:snapshot"}, nil, nil); err != nil {
-		return err
-	}
+	return <-copied
+}
+
+// waitMigrated polls QEMU until the outgoing migration ends.
+func (m *machine) waitMigrated(ctx context.Context, deadline time.Time) error {
+	q := m.qmp
 	for {
 		var st struct {
 			Status string `json:"status"`

@@ -106,10 +106,10 @@ func (q *qmp) do(deadline time.Time, cmd string, args any, fd *os.File, ret any)
 	return nil
 }
 
-// ignoreShared makes migration skip RAM that lives in a shared file (the
-// golden RAM memfd): only device state goes into the stream.
-func (q *qmp) ignoreShared(deadline time.Time) error {
+// ignoreShared sets whether migration skips RAM that lives in a shared
+// file (the golden RAM memfd): on, only device state is in the stream.
+func (q *qmp) ignoreShared(deadline time.Time, on bool) error {
 	return q.do(deadline, "migrate-set-capabilities", map[string]any{
-		"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": true}},
+		"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": on}},
 	}, nil, nil)
 }

@@ -101,11 +101,18 @@ type Spec struct {
 	// must be Memory.
 	RAM       *os.File
 	SharedRAM bool
-	// Incoming restores the VM from this migration stream — device state
-	// only; RAM is RAM's content — instead of booting the kernel. It needs
-	// RAM.
+	// Incoming restores the VM from this migration stream instead of
+	// booting the kernel: device state only, RAM being RAM's content, or,
+	// without RAM, device state and RAM both (a paused VM, Machine.SaveAll).
 	Incoming *os.File
+	// Control gives the VM a QMP channel on a socketpair (Machine.SaveAll)
+	// even without RAM or Incoming, which imply one.
+	Control bool
 }
+
+// control reports whether the VM gets a QMP channel: one whose state can be
+// saved or is restored.
+func (s *Spec) control() bool { return s.Control || s.RAM != nil || s.Incoming != nil }
 
 // idRE and portRE are compiled on first use: most wovyr processes start
 // no VM, and compiling the bounded repetitions cost each 0.1 ms at start.
@@ -146,8 +153,8 @@ func (s *Spec) Validate() error {
 
 func (s *Spec) validateRAM() error {
 	if s.RAM == nil {
-		if s.SharedRAM || s.Incoming != nil {
-			return fmt.Errorf("vmm: shared RAM and an incoming stream need Spec.RAM")
+		if s.SharedRAM {
+			return fmt.Errorf("vmm: shared RAM needs Spec.RAM")
 		}
 		return nil
 	}
@@ -222,4 +229,8 @@ type Machine interface {
 	// be shared. The machine stays paused until killed. A machine without
 	// Spec.RAM cannot be saved.
 	Save(ctx context.Context, w *os.File) error
+	// SaveAll stops the guest and writes its device state and all of its
+	// RAM to w: a paused VM, restored by a Spec with Incoming and no RAM.
+	// Any machine with a QMP channel (Spec.Control, RAM or Incoming) can.
+	SaveAll(ctx context.Context, w *os.File) error
 }

@@ -43,8 +43,13 @@ func Reconcile(ctx context.Context, stateDir string) error {
 	// Golden snapshots a dead process was building.
 	if store, err := snapshot.Open(snapshotsDir(stateDir)); err != nil {
 		errs = append(errs, err)
-	} else if _, err := store.Reconcile("microvm", nil); err != nil {
-		errs = append(errs, err)
+	} else {
+		if _, err := store.Reconcile("microvm", nil); err != nil {
+			errs = append(errs, err)
+		}
+		if err := store.ReconcilePaused("microvm"); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -49,6 +49,8 @@ type vmSandbox struct {
 	conn    net.Conn    // warm: the control port
 	readyAt time.Duration
 	skew    time.Duration // a clone: its clock at thaw against the host's (the round trip's midpoint)
+	ident   identity      // a restored VM's machine-id and boot_id (zero: booted)
+	owner   string        // the tenant whose code ran in it, or who resumed it
 
 	net        *vmNet // the VM's egress slot and tap; nil: no NIC
 	uid, gid   uint32
@@ -82,10 +84,11 @@ type boot struct {
 	warm   bool     // boot the VM now and serve over its control port
 	ram    *os.File // a golden capture: guest RAM shared in this memfd
 	golden *golden  // a clone: restore the VM from this golden instead
+	paused *paused  // a tenant's paused VM: resume it
 }
 
 func (b *Backend) prepare(ctx context.Context, p *probed, tmpl sandbox.Template, how boot) (*vmSandbox, error) {
-	s := &vmSandbox{b: b, p: p, id: randomID(), tmpl: tmpl, limit: tmpl.Limits.WithDefaults(), warm: how.warm || how.golden != nil}
+	s := &vmSandbox{b: b, p: p, id: randomID(), tmpl: tmpl, limit: tmpl.Limits.WithDefaults(), warm: how.warm || how.golden != nil || how.paused != nil}
 	root, _, err := b.rootFor(ctx, p, tmpl.Image)
 	if err != nil {
 		return nil, err
@@ -110,12 +113,15 @@ func (b *Backend) prepare(ctx context.Context, p *probed, tmpl sandbox.Template,
 		return nil, err
 	}
 	cleanup = append(cleanup, s.releaseUID)
-	if how.golden != nil {
+	switch {
+	case how.golden != nil:
 		// The guest resumes with the golden's scratch filesystem mounted:
 		// the clone's disk is a copy of it, holding only what the
 		// template's warm-up wrote.
 		err = snapshot.CopyFile(s.scratch(), how.golden.disk.Path(goldenScratch))
-	} else {
+	case how.paused != nil:
+		err = snapshot.CopyFile(s.scratch(), how.paused.rec.Path(goldenScratch))
+	default:
 		err = vmimage.MakeExt4(ctx, "", s.scratch(), "wovyr-scratch", b.scratchSize(s.limit.Disk))
 	}
 	if err != nil {
@@ -135,6 +141,9 @@ func (b *Backend) prepare(ctx context.Context, p *probed, tmpl sandbox.Template,
 	switch {
 	case how.golden != nil:
 		err = s.restore(ctx, how.golden)
+	case how.paused != nil:
+		s.owner = how.paused.rec.Tenant
+		err = s.resumeVM(ctx, how.paused.rec.Path(goldenState), nil, how.paused.meta.Ident, how.paused.meta.Net)
 	case s.warm:
 		err = s.bootWarm(ctx, how.ram)
 	}
@@ -162,7 +171,12 @@ func (s *vmSandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.
 		s.mu.Unlock()
 		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "microvm sandbox %s is not ready (state %d): a sandbox runs one invocation", s.id, st)
 	}
+	if s.owner != "" && inv.Tenant != s.owner {
+		s.mu.Unlock()
+		return nil, wrongTenant("this microvm sandbox runs tenant %q's invocations only", s.owner)
+	}
 	s.st = running
+	s.owner = inv.Tenant
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()

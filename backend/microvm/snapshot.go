@@ -239,18 +239,58 @@ func (b *Backend) Restore(ctx context.Context, sg sandbox.Golden) (sandbox.Sandb
 	return b.prepare(ctx, p, g.tmpl, boot{golden: g})
 }
 
-// restore starts the clone's VM from g and thaws it. Under a pooled backend
-// it also runs the warm-up job: the clone's VMM starts with an empty
-// translation cache.
+// restore starts the clone's VM from g and thaws it with a fresh identity.
+// Under a pooled backend it also runs the warm-up job: the clone's VMM
+// starts with an empty translation cache.
 func (s *vmSandbox) restore(ctx context.Context, g *golden) error {
-	state, err := os.Open(g.disk.Path(goldenState))
+	id, err := newIdentity()
 	if err != nil {
-		g.invalid.Store(true)
-		return sandbox.Wrap(sandbox.BackendFailure, err, "golden state")
+		return err
+	}
+	if s.net != nil && g.meta.Net == "" {
+		return sandbox.Errorf(sandbox.BackendFailure, "", "golden snapshot %s has no network to move from", g.ID())
+	}
+	if err := s.resumeVM(ctx, g.disk.Path(goldenState), g.ram, id, g.meta.Net); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			g.invalid.Store(true)
+		}
+		return err
+	}
+	return nil
+}
+
+// identity is what makes a VM its own beside its RNG: fresh per clone,
+// kept across a tenant's pause and resume.
+type identity struct {
+	MachineID string `json:"machine_id"`
+	BootID    string `json:"boot_id"`
+}
+
+func newIdentity() (identity, error) {
+	var r [32]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return identity{}, sandbox.Wrap(sandbox.BackendFailure, err, "entropy")
+	}
+	id := r[16:]
+	id[6] = id[6]&0x0f | 0x40 // a version 4 UUID, as the kernel makes
+	id[8] = id[8]&0x3f | 0x80
+	u := hex.EncodeToString(id)
+	return identity{MachineID: hex.EncodeToString(r[:16]), BootID: u[0:8] + "-" + u[8:12] + "-" + u[12:16] + "-" + u[16:20] + "-" + u[20:32]}, nil
+}
+
+// resumeVM starts the sandbox's VM from the migration stream at statePath
+// (over ram, or carrying RAM itself when ram is nil) and thaws it: host
+// entropy, the host's clock, id, and its own slot's network in place of
+// oldNet. The guest's clock must come back within maxClockSkew of the
+// host's, or the VM is killed.
+func (s *vmSandbox) resumeVM(ctx context.Context, statePath string, ram *os.File, id identity, oldNet string) error {
+	state, err := os.Open(statePath)
+	if err != nil {
+		return sandbox.Wrap(sandbox.BackendFailure, err, "saved state")
 	}
 	defer state.Close()
 	spec := s.warmSpec()
-	spec.RAM, spec.Incoming = g.ram, state
+	spec.RAM, spec.Incoming = ram, state
 	m, err := s.b.cfg.VMM.Start(ctx, spec)
 	if err != nil {
 		return err
@@ -266,10 +306,14 @@ func (s *vmSandbox) restore(ctx context.Context, g *golden) error {
 		s.m, s.conn = m, conn
 		return nil
 	}
-	t, err := s.thaw(g)
-	if err != nil {
+	entropy := make([]byte, 64)
+	if _, err := rand.Read(entropy); err != nil {
 		m.Kill()
-		return err
+		return sandbox.Wrap(sandbox.BackendFailure, err, "entropy")
+	}
+	t := &agent.Thaw{Entropy: entropy, MachineID: id.MachineID, BootID: id.BootID}
+	if s.net != nil {
+		t.Net, t.Golden, t.MAC = s.net.guest.String(), oldNet, s.net.mac.String()
 	}
 	sent := time.Now()
 	t.Clock = sent
@@ -287,7 +331,7 @@ func (s *vmSandbox) restore(ctx context.Context, g *golden) error {
 	}
 	if err != nil {
 		m.Kill()
-		return sandbox.Wrap(sandbox.BackendFailure, err, "clone VM %s did not thaw; console: %s", s.id, tail(m.Console(), 1024))
+		return sandbox.Wrap(sandbox.BackendFailure, err, "restored VM %s did not thaw; console: %s", s.id, tail(m.Console(), 1024))
 	}
 	if s.b.cfg.Warm {
 		if err := s.warmUp(conn, deadline); err != nil {
@@ -295,34 +339,9 @@ func (s *vmSandbox) restore(ctx context.Context, g *golden) error {
 			return err
 		}
 	}
-	s.m, s.conn, s.readyAt = m, conn, rep.Boot
+	s.m, s.conn, s.readyAt, s.ident = m, conn, rep.Boot, id
 	s.skew = rep.Clock.Sub(sent.Add(got.Sub(sent) / 2))
 	return nil
-}
-
-// thaw is what makes this clone its own: fresh randomness and identity
-// from the host, and its slot's network.
-func (s *vmSandbox) thaw(g *golden) (*agent.Thaw, error) {
-	var r [64 + 16 + 16]byte
-	if _, err := rand.Read(r[:]); err != nil {
-		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "entropy")
-	}
-	id := r[80:]
-	id[6] = id[6]&0x0f | 0x40 // a version 4 UUID, as the kernel makes
-	id[8] = id[8]&0x3f | 0x80
-	u := hex.EncodeToString(id)
-	t := &agent.Thaw{
-		Entropy:   r[:64],
-		MachineID: hex.EncodeToString(r[64:80]),
-		BootID:    u[0:8] + "-" + u[8:12] + "-" + u[12:16] + "-" + u[16:20] + "-" + u[20:32],
-	}
-	if s.net != nil {
-		if g.meta.Net == "" {
-			return nil, sandbox.Errorf(sandbox.BackendFailure, "", "golden snapshot %s has no network to move from", g.ID())
-		}
-		t.Net, t.Golden, t.MAC = s.net.guest.String(), g.meta.Net, s.net.mac.String()
-	}
-	return t, nil
 }
 
 // reconcileSnapshots removes golden builds a dead process left, and

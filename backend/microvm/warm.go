@@ -29,6 +29,7 @@ func (s *vmSandbox) warmSpec() *vmm.Spec {
 		{Path: s.scratch(), Serial: agent.SerialScratch},
 	}
 	spec.Ports = []vmm.Port{{Name: agent.PortControl}}
+	spec.Control = true // a tenant's warm VM can pause (pause.go)
 	if s.net != nil {
 		s.net.attach(spec)
 	}

@@ -1,0 +1,106 @@
+package microvm
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// TestPauseIsTheTenants is issue 17 item 7: a tenant's warm VM pauses whole
+// (its files and identity kept, 0600 under the state dir), resumes for that
+// tenant only — another tenant gets a typed error and nothing is restored —
+// and the resumed VM runs that tenant's invocations only.
+func TestPauseIsTheTenants(t *testing.T) {
+	b := sibling(t, backend(t), func(c *Config) { c.Warm = true })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy(ctx)
+	first := inv("/bin/sh", "-c", "echo kept > /workspace/state; echo ok")
+	first.Tenant = "acme"
+	if res, err := s.Run(ctx, first); err != nil || string(res.Stdout) != "ok\n" {
+		t.Fatalf("first run: %v %+v", err, res)
+	}
+	if _, err := s.(sandbox.Pauser).Pause(ctx, "globex"); !errors.Is(err, sandbox.ErrWrongTenant) || sandbox.ClassOf(err) != sandbox.BadInput {
+		t.Fatalf("another tenant paused acme's VM: %v", err)
+	}
+	p, err := s.(sandbox.Pauser).Pause(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(snapshotsDir(b.cfg.StateDir), "paused", "microvm", p.ID)
+	assertPaused(t, dir)
+	s.Destroy(ctx)
+
+	vmsBefore, _ := filepath.Glob(filepath.Join(vmsDir(b.cfg.StateDir), "wovyr-vm-*"))
+	if _, err := b.Resume(ctx, p, "globex"); !errors.Is(err, sandbox.ErrWrongTenant) || sandbox.ClassOf(err) != sandbox.BadInput {
+		t.Fatalf("globex resumed acme's paused VM: %v", err)
+	}
+	if vms, _ := filepath.Glob(filepath.Join(vmsDir(b.cfg.StateDir), "wovyr-vm-*")); len(vms) != len(vmsBefore) {
+		t.Fatalf("a refused resume left VMs: %v", vms)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("a refused resume touched the paused VM: %v", err)
+	}
+
+	r, err := b.Resume(ctx, p, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Destroy(ctx)
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the paused copy survives its resume: %v", err)
+	}
+	other := inv("/bin/true")
+	other.Tenant = "globex"
+	if _, err := r.Run(ctx, other); !errors.Is(err, sandbox.ErrWrongTenant) {
+		t.Fatalf("globex ran on acme's resumed VM: %v", err)
+	}
+	again := inv("/bin/sh", "-c", "cat /workspace/state /etc/machine-id; date +%s")
+	again.Tenant = "acme"
+	res, err := r.Run(ctx, again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
+	if len(lines) != 3 || lines[0] != "kept" || !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(lines[1]) {
+		t.Fatalf("resumed VM: %q %q", res.Stdout, res.Stderr)
+	}
+	if sec, _ := strconv.ParseInt(lines[2], 10, 64); sec < res.Timings.Started.Unix() || sec > res.Timings.Finished.Unix() {
+		t.Errorf("resumed clock %s outside the run", lines[2])
+	}
+	if rs := r.(*vmSandbox); rs.ident.MachineID != lines[1] {
+		t.Errorf("machine-id %s, the paused VM's %s", lines[1], rs.ident.MachineID)
+	}
+}
+
+func assertPaused(t *testing.T, dir string) {
+	t.Helper()
+	st, err := os.Stat(dir)
+	if err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("paused directory %s: %v", dir, err)
+	}
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		info, _ := e.Info()
+		if info.Mode().Perm() != 0o600 {
+			t.Errorf("%s is %v", e.Name(), info.Mode())
+		}
+		names = append(names, e.Name())
+	}
+	if got := strings.Join(names, " "); got != "golden.json meta.json scratch.ext4 state" {
+		t.Errorf("paused files %q", got)
+	}
+}
