@@ -399,3 +399,71 @@ func TestSegmentsBeyondTheBoundMergeSmallestGaps(t *testing.T) {
 		t.Fatalf("segment 7 at %d len %d, want 160 len 11", s.offset, len(s.data))
 	}
 }
+
+// heavyWAT is a module whose init runs a loop of N steps (FNV-style mixing)
+// and fills a 64 KiB table with its results; _start initialises lazily and
+// prints the final hash in hex.
+const heavyWAT = `(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 2)
+  (data (i32.const 0) "0123456789abcdef")
+  (global $ready (mut i32) (i32.const 0))
+  (global $acc (mut i32) (i32.const 0))
+  (func $init (export "wizer.initialize")
+    (local $i i32) (local $x i32)
+    (local.set $x (i32.const 0x811c9dc5))
+    (loop $l
+      (local.set $x (i32.mul (i32.xor (local.get $x) (local.get $i)) (i32.const 16777619)))
+      (i32.store8 (i32.add (i32.const 1024) (i32.and (local.get $i) (i32.const 0xffff))) (i32.or (local.get $x) (i32.const 1)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (i32.const %d))))
+    (global.set $acc (local.get $x))
+    (global.set $ready (i32.const 1)))
+  (func (export "_start")
+    (local $k i32)
+    (if (i32.eqz (global.get $ready)) (then (call $init)))
+    (loop $h
+      (i32.store8 (i32.add (i32.const 64) (local.get $k))
+        (i32.load8_u (i32.and (i32.shr_u (global.get $acc) (i32.sub (i32.const 28) (i32.shl (local.get $k) (i32.const 2)))) (i32.const 15))))
+      (local.set $k (i32.add (local.get $k) (i32.const 1)))
+      (br_if $h (i32.lt_u (local.get $k) (i32.const 8))))
+    (i32.store8 (i32.const 72) (i32.const 10))
+    (i32.store (i32.const 80) (i32.const 64))
+    (i32.store (i32.const 84) (i32.const 9))
+    (drop (call $fd_write (i32.const 1) (i32.const 80) (i32.const 1) (i32.const 88)))))`
+
+func heavyModule(t testing.TB, steps int) []byte { return mustWat(t, fmt.Sprintf(heavyWAT, steps)) }
+
+func TestPreinitHeavyInitAnswersTheSame(t *testing.T) {
+	b := privateBackend(t)
+	mod := heavyModule(t, 100_000)
+	lazy := run(t, b, inv(mustWat(t, strings.Replace(fmt.Sprintf(heavyWAT, 100_000), `(export "wizer.initialize")`, "", 1)), "m"))
+	pre := run(t, b, inv(mod, "m"))
+	if lazy.Class != sandbox.OK || len(lazy.Stdout) != 9 || string(pre.Stdout) != string(lazy.Stdout) {
+		t.Fatalf("lazily initialised %q (%s), pre-initialised %q (%s)", lazy.Stdout, lazy.Error, pre.Stdout, pre.Error)
+	}
+}
+
+// TestPreinitSecondMemory: a segment of memory 1 is encoded with its index
+// (the backend's pool admits one memory per instance, so this checks the
+// transformation alone).
+func TestPreinitSecondMemory(t *testing.T) {
+	out, err := preinitialise(context.Background(), mustWat(t, `(module (memory 1) (memory $b 1)
+		(func (export "wizer.initialize") (i32.store8 $b (i32.const 5) (i32.const 33))))`), WizerInit, initBounds{wall: 10e9, memory: 1 << 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := inspectModule(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range m.sections {
+		if s.id == secData {
+			if got := fmt.Sprintf("%x", s.body); got != "01"+"020141050b0121" {
+				t.Fatalf("data section %s", got)
+			}
+			return
+		}
+	}
+	t.Fatal("no data section")
+}
