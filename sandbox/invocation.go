@@ -7,6 +7,7 @@ import (
 	"path"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/wovyr/wovyr/netpolicy"
 	"github.com/wovyr/wovyr/resource"
@@ -34,6 +35,7 @@ const (
 	MaxFiles       = 256
 	MaxFileBytes   = 64 << 20 // all files in, together
 	MaxOutputBytes = 64 << 20 // per stream cap ceiling
+	MaxInitBytes   = 1024     // a wasm init export's name
 )
 
 // Default limits applied where the caller leaves a limit zero. Zero never
@@ -65,8 +67,16 @@ type Workload struct {
 	// Native ignores it (a native process sees the host).
 	Image string `json:"image,omitempty"`
 	// Module is the wasm module's bytes for KindWasm.
-	Module []byte   `json:"module,omitempty"`
-	Argv   []string `json:"argv"`
+	Module []byte `json:"module,omitempty"`
+	// Init names the wasm module's pre-initialisation export (KindWasm):
+	// a function of type [] -> [] that the backend runs once per module, in
+	// a tenant-neutral instance, before any invocation; every invocation
+	// then starts from the memory and globals it left (the Wizer
+	// transformation), without running it again. Empty means
+	// "wizer.initialize" when the module exports it, else none. A name the
+	// module does not export as a function is BadInput.
+	Init string   `json:"init,omitempty"`
+	Argv []string `json:"argv"`
 	// Env is the complete environment as KEY=VALUE; nothing is inherited
 	// from the host. One addition: a workload that an OCI runtime starts as
 	// its container's init (one-shot container and gVisor sandboxes) gets
@@ -199,9 +209,18 @@ func (w *Workload) validate() error {
 		if len(w.Module) != 0 {
 			return Errorf(BadInput, "workload.module", "a command workload takes no module")
 		}
+		if w.Init != "" {
+			return Errorf(BadInput, "workload.init", "a command workload has no init export")
+		}
 	case KindWasm, KindComponent:
 		if len(w.Module) == 0 {
 			return Errorf(BadInput, "workload.module", "a %s workload needs a module", w.Kind)
+		}
+		if w.Init != "" && w.Kind != KindWasm {
+			return Errorf(BadInput, "workload.init", "only a wasm module has an init export")
+		}
+		if len(w.Init) > MaxInitBytes || !utf8.ValidString(w.Init) || strings.IndexByte(w.Init, 0) >= 0 {
+			return Errorf(BadInput, "workload.init", "the init export's name must be valid UTF-8 without NUL, at most %d bytes", MaxInitBytes)
 		}
 	case "":
 		return Errorf(BadInput, "workload.kind", "a workload kind is required (command, wasm)")

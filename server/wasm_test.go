@@ -2,11 +2,14 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/bytecodealliance/wasmtime-go/v39"
 
 	"github.com/wovyr/wovyr/backend/wasm"
 	"github.com/wovyr/wovyr/client"
@@ -65,4 +68,51 @@ func TestMain(m *testing.M) {
 		os.Exit(wasm.WorkerMain(context.Background(), os.Stdin, os.Stdout))
 	}
 	os.Exit(m.Run())
+}
+
+// preinitWat's init writes "hi\n" and its length; _start prints them.
+const preinitWat = `(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (global $len (mut i32) (i32.const 0))
+  (func (export "wizer.initialize")
+    (i32.store (i32.const 16) (i32.const 0x0a6968))
+    (global.set $len (i32.const 3)))
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 16))
+    (i32.store (i32.const 4) (global.get $len))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))
+    (i32.store (i32.const 16) (i32.const 0))))`
+
+// TestWasmPreinitOverAPI: a module with an init export runs pre-initialised
+// from the daemon's pool, every time from the snapshot (the first run's
+// write does not reach the second); a named init export the module lacks
+// is a 400 naming workload.init, with nothing recorded.
+func TestWasmPreinitOverAPI(t *testing.T) {
+	mod, err := wasmtime.Wat2Wasm(preinitWat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, testConfig(), "")
+	c := h.client(aliceToken)
+	for i := range 2 {
+		rec, err := c.Submit(context.Background(), &sandbox.Invocation{
+			Workload: sandbox.Workload{Kind: sandbox.KindWasm, Module: mod, Argv: []string{"m"}},
+			Policy:   sandbox.Policy{Trust: sandbox.Internal},
+		}, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.State != client.StateDone || rec.Result.Backend != "wasm" || string(rec.Result.Stdout) != "hi\n" {
+			t.Fatalf("run %d: record %+v", i, rec)
+		}
+	}
+	_, err = c.Submit(context.Background(), &sandbox.Invocation{
+		Workload: sandbox.Workload{Kind: sandbox.KindWasm, Module: mod, Argv: []string{"m"}, Init: "nope"},
+		Policy:   sandbox.Policy{Trust: sandbox.Internal},
+	}, 30*time.Second)
+	var ae *client.Error
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Field != "workload.init" {
+		t.Fatalf("err %v, want a 400 on workload.init", err)
+	}
 }

@@ -86,6 +86,9 @@ func (s *Sandbox) wasmJob(inv *sandbox.Invocation, lim sandbox.Limits, job *agen
 		name = inv.Workload.Argv[0]
 	}
 	argv = append(argv, "-argv0", name)
+	if inv.Workload.Init != "" {
+		argv = append(argv, "-init", inv.Workload.Init)
+	}
 	for _, e := range inv.Workload.Env {
 		argv = append(argv, "-env", e)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/wovyr/wovyr/internal/wasmcapi"
 	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/snapshot"
 )
 
 // Name is the backend's stable name.
@@ -24,9 +25,10 @@ const Name = "wasm"
 // concurrent use; Close it when done.
 type Backend struct {
 	cfg   Config
-	cache string   // the compiled-module cache's directory
-	work  string   // parent of the per-invocation workspaces
-	pool  *workers // nil: no descriptor bound (no Config.Worker, or weakened)
+	cache string    // the compiled-module cache's directory
+	pre   *preinits // pre-initialised modules, beside the cache
+	work  string    // parent of the per-invocation workspaces
+	pool  *workers  // nil: no descriptor bound (no Config.Worker, or weakened)
 
 	// The engine and the module cache are made on first use (started), so
 	// a process that never runs wasm — `wovyr run` of a command, say —
@@ -67,6 +69,16 @@ func New(cfg Config) (*Backend, error) {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "wasm: state dir")
 		}
+	}
+	st, err := snapshot.Open(preinitDir(cfg.StateDir))
+	if err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "wasm: state dir")
+	}
+	b.pre = &preinits{
+		store: st, hash: cfg.preinitHash(), max: 4 * cfg.Modules, log: cfg.Logger,
+		bound:   initBounds{wall: cfg.InitWall, memory: cfg.InitMemory},
+		memo:    map[string]*resolved{},
+		loading: map[string]*resolving{},
 	}
 	if len(cfg.Worker) > 0 && !cfg.weak.noFDBound {
 		b.pool = newWorkers(cfg)
@@ -232,18 +244,33 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 // Reconcile removes what a crashed process left: worker processes of this
 // state dir that are not this process's (WorkerEnv), workspaces (tmpfs
 // mounts with source "wovyr-wasm" on StateDir/wasm/work/wovyr-wasm-*, then
-// the directories) and temporary cache files. It removes nothing else and must
+// the directories), temporary cache files, pre-initialised modules half
+// built by a dead process and those whose key no longer holds (another
+// Wasmtime, configuration or init bound). It removes nothing else and must
 // not run while this Backend runs invocations.
 func (b *Backend) Reconcile(ctx context.Context) (int, error) {
-	return Reconcile(ctx, b.cfg.StateDir)
+	return reconcile(ctx, b.cfg.StateDir, b.pre.keep)
 }
 
-// Reconcile is Backend.Reconcile for a state dir without a Backend.
+// Reconcile is Backend.Reconcile for a state dir without a Backend: it
+// keeps every intact pre-initialised module, since it cannot tell which
+// configuration they were made under.
 func Reconcile(ctx context.Context, stateDir string) (int, error) {
+	return reconcile(ctx, stateDir, nil)
+}
+
+func reconcile(ctx context.Context, stateDir string, keep func(snapshot.Key) bool) (int, error) {
 	k, kerr := reconcileWorkers(stateDir)
 	n, err := unmountUnder(filepath.Join(stateDir, "wasm", "work"))
 	n += k
 	errs := []error{kerr, err}
+	if st, err := snapshot.Open(preinitDir(stateDir)); err != nil {
+		errs = append(errs, err)
+	} else {
+		removed, err := st.Reconcile(Name, keep)
+		n += len(removed)
+		errs = append(errs, err)
+	}
 	for _, pat := range []string{
 		filepath.Join(stateDir, "wasm", "work", "wovyr-wasm-*"),
 		filepath.Join(stateDir, "wasm", "cache", ".wovyr-tmp-*"),
@@ -262,6 +289,10 @@ func Reconcile(ctx context.Context, stateDir string) (int, error) {
 	}
 	return n, errors.Join(errs...)
 }
+
+// preinitDir holds the pre-initialised modules (a snapshot.Store), beside
+// the compiled-module cache.
+func preinitDir(stateDir string) string { return filepath.Join(stateDir, "wasm", "preinit") }
 
 func digest(b []byte) string {
 	h := sha256.Sum256(b)

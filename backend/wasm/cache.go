@@ -70,8 +70,10 @@ func (c *cache) key(moduleDigest string) string {
 
 // acquire returns the linked module for wasm, compiling or loading it if
 // needed. The caller must release it. An invalid module is BadInput.
-func (c *cache) acquire(wasm []byte) (*entry, error) {
-	d := digest(wasm)
+func (c *cache) acquire(wasm []byte) (*entry, error) { return c.acquireDigest(digest(wasm), wasm) }
+
+// acquireDigest is acquire for a caller that has wasm's digest d already.
+func (c *cache) acquireDigest(d string, wasm []byte) (*entry, error) {
 	c.mu.Lock()
 	for {
 		if c.closed {

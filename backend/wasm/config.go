@@ -44,6 +44,14 @@ type Config struct {
 	Worker []string
 	// Workers bounds the worker processes (jobs at once). Zero means 16.
 	Workers int
+	// InitWall bounds the one run of a module's init export that
+	// pre-initialises it (Workload.Init, preinit.go); an init that runs
+	// longer fails its invocation with class timeout. Zero means 10s.
+	InitWall time.Duration
+	// InitMemory bounds the linear memory of that run, in bytes. Zero
+	// means 256 MiB. Both are fixed per backend, never an invocation's,
+	// so no tenant's limits shape an artifact that others start from.
+	InitMemory int64
 	// Unprivileged runs without root, and so without workspaces: a
 	// size-limited workspace is a tmpfs mount, which needs CAP_SYS_ADMIN,
 	// and a plain directory would let a guest fill the disk. An invocation
@@ -102,6 +110,12 @@ func (c Config) withDefaults() Config {
 	if c.Workers == 0 {
 		c.Workers = 16
 	}
+	if c.InitWall == 0 {
+		c.InitWall = 10 * time.Second
+	}
+	if c.InitMemory == 0 {
+		c.InitMemory = sandbox.DefaultMemory
+	}
 	return c
 }
 
@@ -115,7 +129,7 @@ func (c Config) validate() error {
 	if len(c.Worker) > 0 && !filepath.IsAbs(c.Worker[0]) {
 		return sandbox.Errorf(sandbox.BadInput, "wasm.worker", "worker program %q must be an absolute path", c.Worker[0])
 	}
-	if c.MaxModuleBytes < 0 || c.Modules < 0 || c.Workers < 0 {
+	if c.MaxModuleBytes < 0 || c.Modules < 0 || c.Workers < 0 || c.InitWall < 0 || c.InitMemory < 0 {
 		return sandbox.Errorf(sandbox.BadInput, "wasm", "negative bounds")
 	}
 	seen := map[string]bool{workspaceGuest: true}
@@ -132,6 +146,13 @@ func (c Config) validate() error {
 		seen[p.Guest] = true
 	}
 	return nil
+}
+
+// preinitHash is the pre-initialised modules' Key.ConfigHash: the
+// certification key's hash, the transformation's version and the init
+// bounds.
+func (c Config) preinitHash() string {
+	return digest(fmt.Appendf(nil, "%s config=%s initwall=%s initmem=%d", preinitFormat, c.hash(), c.InitWall, c.InitMemory))[:32]
 }
 
 // hash digests every setting that affects isolation: the certification key.

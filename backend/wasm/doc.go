@@ -25,6 +25,13 @@
 // the state dir, keyed by (module digest, engine code-shaping config hash,
 // Wasmtime version) and verified by SHA-256 before it is loaded.
 //
+// Pre-initialisation (Workload.Init, preinit*.go): a module's init export
+// (wizer.initialize by default) runs once per module in a tenant-neutral
+// instance; its memory and globals are written back into a new module
+// (Wizer's transformation), kept 0600 beside the compiled-module cache under
+// a key that any change voids, and every invocation starts from it with no
+// init run (docs/adr/0019-wasm-preinit.md).
+//
 // Descriptors (Limits.NoFile): every file a guest opens through a directory
 // grant is a host descriptor, and Wasmtime's WASI has no per-store limit
 // (nor can its path_open be wrapped through the C API), so in one process a

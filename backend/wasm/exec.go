@@ -53,6 +53,7 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		work    = fs.String("work", "", "host directory preopened read-write at /workspace (default: none)")
 		state   = fs.String("state", "", "state dir for the compiled-module cache (default: a temporary one)")
 		report  = fs.String("report", "", "write the JSON result (class, exit code, usage) to this file")
+		init    = fs.String("init", "", "the module's init export, run once and snapshotted before the guest starts (default: wizer.initialize when exported)")
 		envs    []string
 		readDir []string
 	)
@@ -131,7 +132,7 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	in := &sandbox.Invocation{
 		Tenant: "wasm-exec",
 		Workload: sandbox.Workload{
-			Kind: sandbox.KindWasm, Module: module,
+			Kind: sandbox.KindWasm, Module: module, Init: *init,
 			Argv: append([]string{name}, rest...), Env: envs,
 		},
 		Limits: sandbox.Limits{Wall: *wall, Memory: mem, Fuel: *fuel, NoFile: *nofile},

@@ -145,3 +145,24 @@ func TestExecBoundsDescriptors(t *testing.T) {
 		t.Fatalf("opened %d errno %s exit %d: %q %q", n, m["errno"], code, out, errOut)
 	}
 }
+
+// TestExecNamesTheInitExport: the runner (what the container and gVisor
+// backends run) pre-initialises with -init as Sandbox.Run does.
+func TestExecNamesTheInitExport(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "state.wasm")
+	if err := os.WriteFile(p, stateModule(t, "init"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{{nil, lazyOut}, {[]string{"-init", "init"}, snapOut}} {
+		out, errOut, code := wasmExec(t, "", append(c.args, p)...)
+		if out != c.want || errOut != "" || code != 0 {
+			t.Fatalf("%v: stdout %q stderr %q exit %d", c.args, out, errOut, code)
+		}
+	}
+	if _, errOut, code := wasmExec(t, "", "-init", "nope", p); code != ExitBadInput || errOut != "wasm-exec: bad-input (workload.init): the module does not have a \"nope\" export\n" {
+		t.Fatalf("stderr %q exit %d", errOut, code)
+	}
+}

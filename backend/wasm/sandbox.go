@@ -82,7 +82,15 @@ func (b *Backend) run(ctx context.Context, inv *sandbox.Invocation, o runOpts) (
 		return nil, err
 	}
 	lim := inv.Limits.WithDefaults()
-	e, err := b.modules.acquire(w.Module)
+	module, d := w.Module, digest(w.Module)
+	r, err := b.pre.resolve(ctx, module, d, w.Init)
+	if err != nil {
+		return nil, err
+	}
+	if r.wasm != nil {
+		module, d = r.wasm, r.digest
+	}
+	e, err := b.modules.acquireDigest(d, module)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +151,7 @@ func (b *Backend) run(ctx context.Context, inv *sandbox.Invocation, o runOpts) (
 	if b.pool != nil && len(spec.Preopens) > 0 && !o.inheritStdio {
 		// A directory grant lets the guest open host descriptors: run it in
 		// a worker process whose RLIMIT_NOFILE bounds them (worker.go).
-		out, err = b.pool.run(ctx, &workerJob{Module: w.Module, Spec: *spec, NoFile: lim.NoFile})
+		out, err = b.pool.run(ctx, &workerJob{Module: module, Spec: *spec, NoFile: lim.NoFile})
 		if err != nil {
 			return nil, err
 		}

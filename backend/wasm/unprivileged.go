@@ -15,8 +15,15 @@ var ErrNoWorkspace = errors.New("the wasm backend runs without root here, so it 
 // CheckWorkload implements sandbox.WorkloadChecker. Unprivileged, a
 // workload with files in or out is refused (policy-unenforceable, wrapping
 // ErrNoWorkspace): its workspace's disk quota could not be enforced, and a
-// limit is enforced or refused, never dropped.
+// limit is enforced or refused, never dropped. In either mode a workload
+// that names an init export its module does not export as a function is
+// BadInput (workload.init).
 func (b *Backend) CheckWorkload(w *sandbox.Workload) error {
+	if w.Init != "" { // a named init export must exist: a 400, not a failed record
+		if _, err := initExportOf(w.Module, w.Init); err != nil {
+			return err
+		}
+	}
 	if !b.cfg.Unprivileged {
 		return nil
 	}

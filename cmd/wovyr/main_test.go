@@ -112,12 +112,13 @@ func TestUntrustedIsRefusedAndRunsNothing(t *testing.T) {
 
 func TestBadInputExitCodes(t *testing.T) {
 	for name, args := range map[string][]string{
-		"empty argv":       {"run", "--trust", "trusted", "--"},
-		"unknown trust":    {"run", "--trust", "root", "--", "/bin/true"},
-		"negative memory":  {"run", "--trust", "trusted", "--memory", "-5M", "--", "/bin/true"},
-		"unknown backend":  {"run", "--backend", "firecracker", "--", "/bin/true"},
-		"negative timeout": {"run", "--trust", "trusted", "--timeout", "-1s", "--", "/bin/true"},
-		"unknown floor":    {"run", "--trust", "trusted", "--floor", "vm", "--", "/bin/true"},
+		"empty argv":        {"run", "--trust", "trusted", "--"},
+		"unknown trust":     {"run", "--trust", "root", "--", "/bin/true"},
+		"negative memory":   {"run", "--trust", "trusted", "--memory", "-5M", "--", "/bin/true"},
+		"unknown backend":   {"run", "--backend", "firecracker", "--", "/bin/true"},
+		"negative timeout":  {"run", "--trust", "trusted", "--timeout", "-1s", "--", "/bin/true"},
+		"unknown floor":     {"run", "--trust", "trusted", "--floor", "vm", "--", "/bin/true"},
+		"init without wasm": {"run", "--trust", "trusted", "--init", "init", "--", "/bin/true"},
 	} {
 		o := wovyr(t, "", args...)
 		if o.code != exitBadInput || !strings.Contains(o.stderr, "bad-input") {

@@ -28,6 +28,10 @@ func newError(report string) *Error {
 	return &Error{Msg: oneLine(report), Detail: report}
 }
 
+// OneLine is Error.Msg for a report Wasmtime gave through another path
+// (the Go wrapper's errors).
+func OneLine(report string) string { return oneLine(report) }
+
 // oneLine reduces an anyhow report to its headline and causes, one line.
 func oneLine(report string) string {
 	report, _, _ = strings.Cut(report, "\nStack backtrace:")
