@@ -39,6 +39,10 @@ type Job struct {
 	// RLIMIT_NPROC counts the job's tasks alone: the agent adds its own
 	// threads (SetRlimits).
 	Rlimits []Rlimit `json:"rlimits,omitempty"`
+	// Reexec, on a job without Argv, asks a container's agent restored
+	// from a checkpoint to replace itself with a fresh start of its own
+	// binary (Reexec); the new process answers it (Thawed).
+	Reexec bool `json:"reexec,omitempty"`
 }
 
 // Rlimit is one resource limit, by its Linux number (RLIMIT_NOFILE, …).
@@ -71,6 +75,8 @@ type Reply struct {
 	// Error is set when the agent could not run the job at all (e.g. the
 	// program does not exist); ExitCode is then 127.
 	Error string `json:"error,omitempty"`
+	// Thawed is set on the answer to a Reexec job: the fresh agent's view.
+	Thawed *Thawed `json:"thawed,omitempty"`
 }
 
 // WriteFrame writes v as one frame: a 4-byte big-endian length, then JSON.
