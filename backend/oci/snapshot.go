@@ -34,8 +34,9 @@ import (
 // clone's boot_id and machine-id are files the host wrote for it alone
 // (identityMounts).
 //
-// Only pooled backends snapshot: a one-shot gVisor run of a small command
-// (the workload as init, no agent) is faster than a restore.
+// Only a pooled backend with Config.Snapshots snapshots: a restore costs
+// about what a cold start does here (ADR 0020), so it is the operator's
+// choice, for templates whose warm-up a restore skips.
 
 // goldenLayout names the format of this package's goldens: a change to
 // what a golden holds or how clones are started bumps it, voiding them.
@@ -82,8 +83,10 @@ func (b *Backend) snapshots() (*snapshot.Store, error) {
 	return snapshot.Open(snapshotsDir(b.cfg.StateDir))
 }
 
-// snapshots reports whether b captures goldens at all.
-func (b *Backend) snapshotting() bool { return b.gvisor && b.cfg.Pooled && b.weak == "" }
+// snapshotting reports whether b captures goldens at all.
+func (b *Backend) snapshotting() bool {
+	return b.gvisor && b.cfg.Pooled && b.cfg.Snapshots && b.weak == ""
+}
 
 // goldenKey is tmpl's key on this node: the certification's key plus the
 // template's digest — its image directory (a rebuilt image is a new
@@ -110,7 +113,7 @@ func (b *Backend) goldenKey(d *driver, name string, tmpl sandbox.Template) (snap
 // one on disk, else a capture.
 func (b *Backend) Golden(ctx context.Context, tmpl sandbox.Template) (sandbox.Golden, error) {
 	if !b.snapshotting() {
-		return nil, sandbox.ErrNoSnapshot // a positive control is never snapshotted
+		return nil, sandbox.ErrNoSnapshot // nor is a positive control ever
 	}
 	name, d, err := b.preparable(ctx, tmpl)
 	if err != nil {
@@ -185,7 +188,7 @@ func (b *Backend) capture(ctx context.Context, d *driver, store *snapshot.Store,
 		return fail(err, "prepare")
 	}
 	defer s.Destroy(context.WithoutCancel(ctx))
-	if err := d.run(ctx, time.Minute, "checkpoint", "--image-path", build.Dir(), s.id); err != nil {
+	if err := d.run(ctx, time.Minute, "checkpoint", "--compression=none", "--exclude-committed-zero-pages", "--image-path", build.Dir(), s.id); err != nil {
 		return fail(err, "checkpoint")
 	}
 	// runsc writes its files 0644; a golden's are root's alone.
@@ -252,8 +255,7 @@ func (s *Sandbox) checkThaw(t *agent.Thawed, sent, got time.Time) error {
 }
 
 // reconcileSnapshots removes golden builds a dead process left and
-// goldens this node's runtime, kernel or configuration no longer match
-// (d nil: builds only).
+// goldens keep rejects (nil: builds only).
 func reconcileSnapshots(stateDir, backend string, keep func(snapshot.Key) bool) error {
 	store, err := snapshot.Open(snapshotsDir(stateDir))
 	if err != nil {
