@@ -15,6 +15,7 @@ import (
 
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/snapshot"
+	"github.com/wovyr/wovyr/snapshot/snapshottest"
 )
 
 // snapBackend is a pooled gVisor backend on a state directory of its own
@@ -74,14 +75,14 @@ func TestGVisorCloneIsItsOwnAndCarriesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := sg.(*golden)
-	assertGoldenPrivate(t, g.disk.Dir)
+	snapshottest.AssertPrivate(t, g.disk.Dir, checkpointImage, "meta.json", "pages.img", "pages_meta.img")
 	before := digestFiles(t, g.disk.Dir)
 	if again, err := b.Golden(ctx, tmpl); err != nil || again != sg {
 		t.Fatalf("second Golden: %v, %v; want the same golden", again, err)
 	}
 
 	// Tenant A leaves a canary everywhere it can and keeps a child alive.
-	a := gclone(t, b, sg)
+	a := snapshottest.Clone(t, b, sg)
 	res := runScript(t, a, `echo canary > /workspace/left; echo canary > /tmp/left; export CANARY=1; setsid sleep 7777 & echo done`)
 	if strings.TrimSpace(string(res.Stdout)) != "done" {
 		t.Fatalf("tenant A: %q %q", res.Stdout, res.Stderr)
@@ -90,7 +91,7 @@ func TestGVisorCloneIsItsOwnAndCarriesNothing(t *testing.T) {
 	var facts [][]string
 	rands := map[uint64]int{}
 	for i := range 3 {
-		c := gclone(t, b, sg)
+		c := snapshottest.Clone(t, b, sg)
 		s := c.(*Sandbox)
 		res := runScript(t, c, identityScript)
 		lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
@@ -164,7 +165,7 @@ func TestGVisorCloneEgressDenied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, s := range map[string]sandbox.Sandbox{"cold": cold, "clone": gclone(t, b, sg)} {
+	for name, s := range map[string]sandbox.Sandbox{"cold": cold, "clone": snapshottest.Clone(t, b, sg)} {
 		if got := strings.TrimSpace(string(runScript(t, s, probe).Stdout)); got != want {
 			t.Errorf("%s sandbox: %q, want %q", name, got, want)
 		}
@@ -243,26 +244,9 @@ func TestGVisorFailedRestoreLeavesNothing(t *testing.T) {
 	}
 }
 
-func gclone(t *testing.T, b *Backend, g sandbox.Golden) sandbox.Sandbox {
-	t.Helper()
-	s, err := b.Restore(context.Background(), g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Destroy(context.Background()) })
-	return s
-}
-
 func runScript(t *testing.T, s sandbox.Sandbox, script string) *sandbox.Result {
 	t.Helper()
-	res, err := s.Run(context.Background(), cmd("/bin/sh", "-c", script))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Class != sandbox.OK {
-		t.Fatalf("class %q (%s) stderr %q", res.Class, res.Error, res.Stderr)
-	}
-	return res
+	return snapshottest.Run(t, s, cmd("/bin/sh", "-c", script))
 }
 
 // digestFiles hashes every file of dir, by name.
@@ -280,26 +264,6 @@ func digestFiles(t *testing.T, dir string) string {
 		f.Close()
 	}
 	return string(h.Sum(nil))
-}
-
-func assertGoldenPrivate(t *testing.T, dir string) {
-	t.Helper()
-	st, err := os.Stat(dir)
-	if err != nil || st.Mode().Perm() != 0o700 {
-		t.Fatalf("golden directory %s: %v %v", dir, st.Mode(), err)
-	}
-	ents, _ := os.ReadDir(dir)
-	var names []string
-	for _, e := range ents {
-		info, _ := e.Info()
-		if info.Mode().Perm() != 0o600 {
-			t.Errorf("%s is %v", e.Name(), info.Mode())
-		}
-		names = append(names, e.Name())
-	}
-	if got := strings.Join(names, " "); got != checkpointImage+" meta.json pages.img pages_meta.img" {
-		t.Errorf("golden files %q", got)
-	}
 }
 
 // TestGVisorSnapshotsAreOptIn: without Config.Snapshots and Pooled, and on
