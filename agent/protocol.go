@@ -43,6 +43,10 @@ type Job struct {
 	// its exit, as it did before issue #25's fix: battery row 94's
 	// positive control only, set by a weakened backend.
 	TraceStopIsExit bool `json:"trace_stop_is_exit,omitempty"`
+	// Reexec, on a job without Argv, asks a container's agent restored
+	// from a checkpoint to replace itself with a fresh start of its own
+	// binary (Reexec); the new process answers it (Thawed).
+	Reexec bool `json:"reexec,omitempty"`
 }
 
 // Rlimit is one resource limit, by its Linux number (RLIMIT_NOFILE, …).
@@ -75,6 +79,8 @@ type Reply struct {
 	// Error is set when the agent could not run the job at all (e.g. the
 	// program does not exist); ExitCode is then 127.
 	Error string `json:"error,omitempty"`
+	// Thawed is set on the answer to a Reexec job: the fresh agent's view.
+	Thawed *Thawed `json:"thawed,omitempty"`
 }
 
 // WriteFrame writes v as one frame: a 4-byte big-endian length, then JSON.

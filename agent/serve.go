@@ -25,6 +25,8 @@ func Serve(ctx context.Context, rw io.ReadWriter) error {
 		var rep Reply
 		if err := SetRlimits(job.Rlimits); err != nil {
 			rep = Reply{ID: job.ID, ExitCode: 127, Error: err.Error()}
+		} else if job.Reexec {
+			rep = Reply{ID: job.ID, ExitCode: 127, Error: reexec(job.ID).Error()} // it returns only on failure
 		} else if len(job.Argv) > 0 {
 			rep = Execute(ctx, job)
 		} else {

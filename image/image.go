@@ -51,11 +51,11 @@ func Exists(dir, name string) bool {
 var ErrExists = errors.New("image: template exists")
 
 // Builders are the templates Build knows.
-var Builders = []string{"busybox", "base"}
+var Builders = []string{"busybox", "base", "python"}
 
 // Build creates template name under dir: "busybox" (a static busybox, ~2 MB,
-// for fast tests) or "base" (Debian bookworm minbase via debootstrap, ~200
-// MB). Progress lines go to progress (nil: discarded).
+// for fast tests), "base" (Debian bookworm minbase via debootstrap, ~200
+// MB) or "python" (base with python3, ~230 MB). Progress lines go to progress (nil: discarded).
 func Build(ctx context.Context, name, dir string, progress io.Writer) error {
 	if progress == nil {
 		progress = io.Discard
@@ -66,6 +66,8 @@ func Build(ctx context.Context, name, dir string, progress io.Writer) error {
 		fill = buildBusybox
 	case "base":
 		fill = buildBase
+	case "python":
+		fill = buildPython
 	default:
 		return fmt.Errorf("image: no builder for %q (have %s)", name, strings.Join(Builders, ", "))
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+
+	"golang.org/x/sys/unix"
 )
 
 // Key identifies a golden snapshot. Two goldens with the same Key are
@@ -34,4 +36,13 @@ func (k Key) validate() error {
 		return fmt.Errorf("snapshot: a key needs a version, a config hash and a template digest")
 	}
 	return nil
+}
+
+// HostKernel is the host kernel's release, a key's Kernel.
+func HostKernel() string {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Release[:])
 }

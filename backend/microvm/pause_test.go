@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/snapshot/snapshottest"
 )
 
 // TestPauseIsTheTenants is issue 17 item 7: a tenant's warm VM pauses whole
@@ -40,7 +41,7 @@ func TestPauseIsTheTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(snapshotsDir(b.cfg.StateDir), "paused", "microvm", p.ID)
-	assertPaused(t, dir)
+	snapshottest.AssertPrivate(t, dir, goldenInfo, "meta.json", goldenScratch, goldenState)
 	s.Destroy(ctx)
 
 	vmsBefore, _ := filepath.Glob(filepath.Join(vmsDir(b.cfg.StateDir), "wovyr-vm-*"))
@@ -82,25 +83,5 @@ func TestPauseIsTheTenants(t *testing.T) {
 	}
 	if rs := r.(*vmSandbox); rs.ident.MachineID != lines[1] {
 		t.Errorf("machine-id %s, the paused VM's %s", lines[1], rs.ident.MachineID)
-	}
-}
-
-func assertPaused(t *testing.T, dir string) {
-	t.Helper()
-	st, err := os.Stat(dir)
-	if err != nil || st.Mode().Perm() != 0o700 {
-		t.Fatalf("paused directory %s: %v", dir, err)
-	}
-	ents, _ := os.ReadDir(dir)
-	var names []string
-	for _, e := range ents {
-		info, _ := e.Info()
-		if info.Mode().Perm() != 0o600 {
-			t.Errorf("%s is %v", e.Name(), info.Mode())
-		}
-		names = append(names, e.Name())
-	}
-	if got := strings.Join(names, " "); got != "golden.json meta.json scratch.ext4 state" {
-		t.Errorf("paused files %q", got)
 	}
 }

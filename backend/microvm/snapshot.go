@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/wovyr/wovyr/agent"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/snapshot"
@@ -75,17 +73,9 @@ func (b *Backend) goldenKey(p *probed, tmpl sandbox.Template, root string) snaps
 	h := sha256.New()
 	fmt.Fprintln(h, p.image.Digest, root, l.Memory, l.Disk, b.cfg.VCPUs, b.cfg.GuestOverhead, b.cfg.Network != nil)
 	return snapshot.Key{
-		Backend: b.Name(), Version: p.cap.Version, Kernel: hostKernel(),
+		Backend: b.Name(), Version: p.cap.Version, Kernel: snapshot.HostKernel(),
 		ConfigHash: p.cap.ConfigHash, Template: hex.EncodeToString(h.Sum(nil))[:24],
 	}
-}
-
-func hostKernel() string {
-	var u unix.Utsname
-	if unix.Uname(&u) != nil {
-		return ""
-	}
-	return unix.ByteSliceToString(u.Release[:])
 }
 
 // Golden implements sandbox.Snapshotter: the golden in memory, else the
@@ -355,7 +345,7 @@ func (b *Backend) reconcileSnapshots(p *probed) error {
 	var keep func(snapshot.Key) bool
 	if p != nil {
 		keep = func(k snapshot.Key) bool {
-			return k.Version == p.cap.Version && k.ConfigHash == p.cap.ConfigHash && k.Kernel == hostKernel()
+			return k.Version == p.cap.Version && k.ConfigHash == p.cap.ConfigHash && k.Kernel == snapshot.HostKernel()
 		}
 	}
 	removed, err := store.Reconcile(b.Name(), keep)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/snapshot"
+	"github.com/wovyr/wovyr/snapshot/snapshottest"
 )
 
 // identityScript prints, one per line: boot_id, machine-id, a kernel UUID,
@@ -47,14 +48,14 @@ func TestCloneIsItsOwnAndCarriesNothing(t *testing.T) {
 	if _, err := g.ram.WriteAt([]byte("x"), 0); err == nil {
 		t.Fatal("wrote into the sealed golden RAM")
 	}
-	assertPrivate(t, g.disk.Dir)
+	snapshottest.AssertPrivate(t, g.disk.Dir, goldenInfo, "meta.json", goldenRAM, goldenScratch, goldenState)
 	before := digestGolden(t, g)
 	if again, err := b.Golden(ctx, tmpl); err != nil || again != sg {
 		t.Fatalf("second Golden: %v, %v; want the same golden", again, err)
 	}
 
 	// Tenant A leaves a canary everywhere it can and keeps a child alive.
-	a := clone(t, b, sg)
+	a := snapshottest.Clone(t, b, sg)
 	res := run(t, a, `echo canary > /workspace/left; echo canary > /tmp/left; export CANARY=1; sleep 7777 & head -c 50000000 /dev/zero | tr '\0' 'C' > /dev/shm/fill 2>/dev/null || true; echo done`)
 	if strings.TrimSpace(string(res.Stdout)) != "done" {
 		t.Fatalf("tenant A: %q %q", res.Stdout, res.Stderr)
@@ -65,7 +66,7 @@ func TestCloneIsItsOwnAndCarriesNothing(t *testing.T) {
 
 	var facts [][]string
 	for i := range 3 {
-		c := clone(t, b, sg)
+		c := snapshottest.Clone(t, b, sg)
 		res := run(t, c, identityScript)
 		lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
 		if len(lines) < 9 {
@@ -140,26 +141,9 @@ func TestGoldenIsVoidedByItsKey(t *testing.T) {
 	}
 }
 
-func clone(t *testing.T, b *Backend, g sandbox.Golden) sandbox.Sandbox {
-	t.Helper()
-	s, err := b.Restore(context.Background(), g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Destroy(context.Background()) })
-	return s
-}
-
 func run(t *testing.T, s sandbox.Sandbox, script string) *sandbox.Result {
 	t.Helper()
-	res, err := s.Run(context.Background(), inv("sh", "-c", script))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Class != sandbox.OK {
-		t.Fatalf("class %q (%s) stderr %q", res.Class, res.Error, res.Stderr)
-	}
-	return res
+	return snapshottest.Run(t, s, inv("sh", "-c", script))
 }
 
 // digestGolden hashes the golden's files and its sealed RAM.
@@ -176,27 +160,6 @@ func digestGolden(t *testing.T, g *golden) string {
 	io.Copy(h, io.NewSectionReader(g.ram, 0, 1<<40))
 	return string(h.Sum(nil))
 }
-
-func assertPrivate(t *testing.T, dir string) {
-	t.Helper()
-	st, err := os.Stat(dir)
-	if err != nil || st.Mode().Perm() != 0o700 {
-		t.Fatalf("golden directory %s: %v %v", dir, st.Mode(), err)
-	}
-	ents, _ := os.ReadDir(dir)
-	var names []string
-	for _, e := range ents {
-		info, _ := e.Info()
-		if info.Mode().Perm() != 0o600 {
-			t.Errorf("%s is %v", e.Name(), info.Mode())
-		}
-		names = append(names, e.Name())
-	}
-	if got := strings.Join(names, " "); got != "golden.json meta.json ram scratch.ext4 state" {
-		t.Errorf("golden files %q", got)
-	}
-}
-
 // TestClonesAreUnique is BATTERY row 87 at scale: n clones of one golden
 // (WOVYR_SOAK_CLONES, default 8; `make soak` runs 100) read boot_id,
 // machine-id, a kernel UUID and urandom at 0, 10 and 100 ms into their

@@ -35,6 +35,9 @@ type Backend struct {
 	nsMu    sync.Mutex
 	nsCache map[idmap.Range]*os.File // see userns
 
+	goldMu  sync.Mutex
+	goldens map[string]*golden // by key ID (snapshot.go)
+
 	placer *cpuPlacer     // pooled gVisor only: each sandbox's CPU (cpus.go)
 	ceil   rlimitCeilings // the agent's hard rlimits: what a claim may raise to (spec.go)
 }

@@ -453,7 +453,8 @@ func atoi(s string) int {
 func declaredMount(mp string) bool {
 	switch mp {
 	case "/", "/proc", "/dev", "/dev/pts", "/dev/shm", "/dev/mqueue", "/sys", "/sys/fs/cgroup", "/tmp", agentPath, runnerPath, resolvConf,
-		"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/console", "/workspace":
+		"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/console", "/workspace",
+		bootIDPath, machineIDPath: // a golden's and its clones' identity (snapshot_identity.go)
 		return true
 	}
 	return slices.Contains(maskedPaths, mp) || slices.Contains(readonlyPaths, mp) ||

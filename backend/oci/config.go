@@ -65,6 +65,13 @@ type Config struct {
 	//     boot.
 	// One-shot use leaves it off: there both would only add.
 	Pooled bool
+	// Snapshots lets a pooled gVisor backend offer golden snapshots and
+	// clones (sandbox.Snapshotter; snapshot.go), so that pools and
+	// one-shot runs restore instead of starting cold. Off by default:
+	// measured on these machines a runsc restore costs as much as a cold
+	// pooled start, and more to the first result (ADR 0020). Ignored by
+	// the container backend and without Pooled.
+	Snapshots bool
 	// Network, if set, gives container sandboxes allowlisted egress: each
 	// is prepared inside its own slot of this service (deny-all until Run
 	// applies the tenant's policy; see egress.go). Nil: a loopback-only

@@ -55,7 +55,9 @@ func (b *Backend) Probe(ctx context.Context) sandbox.Capability {
 		if b.egressOn() {
 			feats = append(feats, "egress-slot")
 		}
-		return sandbox.Capability{Available: true, Version: d.version, ConfigHash: b.configHash(d),
+		hash := b.configHash(d)
+		b.afterProbe(d, hash)
+		return sandbox.Capability{Available: true, Version: d.version, ConfigHash: hash,
 			Accel: d.accel, Features: feats, Egress: b.egressOn()}
 	}
 	if len(why) == 0 {
@@ -116,7 +118,7 @@ func (b *Backend) trivial(ctx context.Context, d *driver) error {
 	if err := os.MkdirAll(empty, 0o755); err != nil {
 		return err
 	}
-	s, err := b.prepare(ctx, d, empty, "probe", sandbox.Limits{Memory: 64 << 20}.WithDefaults())
+	s, err := b.prepare(ctx, d, empty, "probe", sandbox.Limits{Memory: 64 << 20}.WithDefaults(), boot{})
 	if err != nil {
 		return err
 	}

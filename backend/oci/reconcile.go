@@ -105,6 +105,11 @@ func Reconcile(ctx context.Context, stateDir string) (int, error) {
 			stale[id] = true
 		}
 	}
+	// 4. Golden builds a dead process left (snapshot.go); stale goldens
+	// go after the next probe, which knows the key.
+	if err := reconcileSnapshots(stateDir, "gvisor", nil); err != nil {
+		errs = append(errs, err)
+	}
 	n := 0
 	for range stale {
 		n++

@@ -47,6 +47,7 @@ type Sandbox struct {
 	runtime  chan struct{}         // closed when the foreground runtime has exited
 	stderr   *sandbox.SharedCapped // the runtime's and agent's stderr, capped
 	oneShot  bool                  // not Config.Pooled: Prepare starts nothing (oneshot.go)
+	boot     boot                  // cold, a golden's capture or a clone (snapshot.go)
 	spec     *specs.Spec           // as Prepare wrote it; a one-shot Run fills in the process
 
 	mu      sync.Mutex
@@ -97,13 +98,13 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 	if err != nil {
 		return nil, err
 	}
-	sb, err := b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, tmpl.Limits.WithDefaults())
+	sb, err := b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, tmpl.Limits.WithDefaults(), boot{})
 	if err != nil && ctx.Err() == nil && errors.Is(err, io.EOF) {
 		// The runtime's sandbox died before its agent answered (runsc
 		// under heavy load, seen rarely): nothing of it is left (prepare
 		// undoes every step), so one fresh attempt is safe.
 		b.cfg.Logger.Warn("sandbox died during start; retrying once", "backend", b.name, "err", err)
-		sb, err = b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, tmpl.Limits.WithDefaults())
+		sb, err = b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, tmpl.Limits.WithDefaults(), boot{})
 	}
 	if err != nil {
 		return nil, err
@@ -111,8 +112,8 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 	return sb, nil
 }
 
-func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, lim sandbox.Limits) (_ *Sandbox, err error) {
-	s := &Sandbox{b: b, d: d, id: newID(b.gvisor), image: name, limits: lim, agentFD: -1, oomFD: -1, oneShot: !b.cfg.Pooled}
+func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, lim sandbox.Limits, how boot) (_ *Sandbox, err error) {
+	s := &Sandbox{b: b, d: d, id: newID(b.gvisor), image: name, limits: lim, agentFD: -1, oomFD: -1, oneShot: !b.cfg.Pooled && how.cold(), boot: how}
 	s.dir = filepath.Join(b.run, "sb", s.id)
 	defer func() {
 		if err != nil {
@@ -185,7 +186,7 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 	if err := step("ready", func() error { return s.ready(ctx) }); err != nil {
 		return nil, err
 	}
-	if b.cfg.Pooled {
+	if (b.cfg.Pooled || how.capture) && how.from == nil {
 		if err := step("warm-up", func() error { return s.warmUp(ctx) }); err != nil {
 			return nil, err
 		}
@@ -254,6 +255,11 @@ func (s *Sandbox) writeSpec() error {
 	}
 	if s.net != nil {
 		joinSlot(spec, s.netnsPath(), filepath.Join(s.dir, "resolv.conf"))
+	}
+	if !s.boot.cold() {
+		if err := s.identityMounts(spec); err != nil {
+			return err
+		}
 	}
 	weakenSpec(spec, s.b.weak)
 	if err := s.weakFiles(spec); err != nil {
@@ -355,7 +361,11 @@ func (s *Sandbox) runCommand(global, flags []string) (cmd *exec.Cmd, release fun
 	if err != nil {
 		return nil, nil, err
 	}
-	args := append(append(append([]string{"run"}, flags...), extra...), "--bundle", s.dir, s.id)
+	verb := []string{"run"}
+	if g := s.boot.from; g != nil {
+		verb = []string{"restore", "--image-path", g.disk.Dir}
+	}
+	args := append(append(append(verb, flags...), extra...), "--bundle", s.dir, s.id)
 	cmd = s.d.wrapped(append(global, s.d.argv(args...)...))
 	release = func() {}
 	if leak != nil {
@@ -462,12 +472,22 @@ func (s *Sandbox) startAgent(ctx context.Context) error {
 func (s *Sandbox) ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	rep, err := s.client.Do(ctx, agent.Job{ID: "ready"})
+	job := agent.Job{ID: "ready"}
+	if s.boot.from != nil {
+		job = agent.Job{ID: "thaw", Reexec: true}
+	}
+	sent := time.Now()
+	rep, err := s.client.Do(ctx, job)
 	if err != nil {
 		return fmt.Errorf("agent did not answer: %w: %s", err, tail(s.stderr.Bytes(), 800))
 	}
 	if rep.Error != "" {
 		return fmt.Errorf("agent: %s", rep.Error)
+	}
+	if s.boot.from != nil {
+		if err := s.checkThaw(rep.Thawed, sent, time.Now()); err != nil {
+			return err
+		}
 	}
 	if !s.b.gvisor {
 		pids := cgroupProcs(poolCgroup(s.id))

@@ -44,6 +44,7 @@ func main() {
 func agentMain(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	device := fs.String("device", "", "serve on this device (e.g. a virtio-serial port) instead of stdin/stdout")
+	thawed := fs.String(agent.ThawedFlag, "", "answer this Reexec job first (set by the agent's own re-exec after a restore)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -65,7 +66,11 @@ func agentMain(ctx context.Context, args []string) int {
 		return 1
 	}
 	agent.ReserveThreads()
-	if err := agent.Serve(ctx, rw); err != nil {
+	serve := agent.Serve
+	if *thawed != "" {
+		serve = func(ctx context.Context, rw io.ReadWriter) error { return agent.Resume(ctx, rw, *thawed) }
+	}
+	if err := serve(ctx, rw); err != nil {
 		fmt.Fprintln(os.Stderr, "wovyr-guest:", err)
 		return 1
 	}
