@@ -103,15 +103,11 @@ func (s *Store) OpenPaused(backend, id, tenant string) (*PausedRecord, error) {
 		return nil, ErrNotFound
 	}
 	dir := s.pausedDir(backend, id)
-	b, err := os.ReadFile(filepath.Join(dir, metaFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: %w", err)
-	}
 	var rec PausedRecord
-	if err := json.Unmarshal(b, &rec); err != nil || rec.ID != id || checkPrivate(dir) != nil {
+	if err := readRecord(dir, &rec); err != nil {
+		return nil, err
+	}
+	if rec.ID != id || checkPrivate(dir) != nil {
 		return nil, ErrNotFound
 	}
 	if rec.Tenant != tenant {

@@ -63,15 +63,11 @@ func (s *Store) Find(k Key) (*Golden, error) {
 		return nil, err
 	}
 	dir := s.goldenDir(k)
-	b, err := os.ReadFile(filepath.Join(dir, metaFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: %w", err)
-	}
 	var g Golden
-	if err := json.Unmarshal(b, &g); err != nil || g.Key != k || checkPrivate(dir) != nil {
+	if err := readRecord(dir, &g); err != nil {
+		return nil, err
+	}
+	if g.Key != k || checkPrivate(dir) != nil {
 		os.RemoveAll(dir)
 		return nil, ErrNotFound
 	}
@@ -183,6 +179,22 @@ func (s *Store) Reconcile(backend string, keep func(Key) bool) ([]string, error)
 		removed = append(removed, p)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// readRecord decodes dir's record into v: ErrNotFound without one, and
+// for one that does not decode (a damaged record is not trusted).
+func readRecord(dir string, v any) error {
+	b, err := os.ReadFile(filepath.Join(dir, metaFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return ErrNotFound
+	}
+	return nil
 }
 
 // builderAlive reports whether the process that named build is running.

@@ -84,21 +84,8 @@ func (s *vmSandbox) pause(ctx context.Context, tenant string) (sandbox.Paused, e
 			return fail(err, "identity")
 		}
 	}
-	state, err := os.OpenFile(build.Path(goldenState), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fail(err, "state file")
-	}
-	err = s.m.SaveAll(ctx, state)
-	if err == nil {
-		err = state.Sync()
-	}
-	state.Close()
-	if err != nil {
-		return fail(err, "save")
-	}
-	// Once saved, the VM must not run on: its state would fork.
-	if err := s.m.Kill(); err != nil {
-		return fail(err, "stop the VM")
+	if what, err := s.saveTo(ctx, build.Path(goldenState), s.m.SaveAll); err != nil {
+		return fail(err, what)
 	}
 	s.mu.Lock()
 	s.st = spent

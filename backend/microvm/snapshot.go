@@ -171,22 +171,10 @@ func (b *Backend) capture(ctx context.Context, p *probed, store *snapshot.Store,
 	if err := s.weakCapture(); err != nil {
 		return fail(err, "the control's tenant job")
 	}
-	state, err := os.OpenFile(build.Path(goldenState), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fail(err, "state file")
-	}
-	err = s.m.Save(ctx, state)
-	if err == nil {
-		err = state.Sync()
-	}
-	state.Close()
-	if err != nil {
-		return fail(err, "save")
-	}
-	// The VMM must be gone before the RAM is sealed (no shared writable
-	// mapping may remain) and before its scratch disk is copied.
-	if err := s.m.Kill(); err != nil {
-		return fail(err, "stop the golden VM")
+	// The VMM is gone after saveTo: the RAM can be sealed (no shared
+	// writable mapping remains) and its scratch disk copied.
+	if what, err := s.saveTo(ctx, build.Path(goldenState), s.m.Save); err != nil {
+		return fail(err, what)
 	}
 	if err := snapshot.Seal(ram); err != nil {
 		return fail(err, "seal RAM")
@@ -206,6 +194,28 @@ func (b *Backend) capture(ctx context.Context, p *probed, store *snapshot.Store,
 	}
 	b.cfg.Logger.Info("microvm golden snapshot captured", "golden", key.ID(), "took", time.Since(started))
 	return g, nil
+}
+
+// saveTo writes the VM's state with save (Machine.Save or SaveAll) to a
+// new 0600 file at path and stops the VM: once saved it must not run on,
+// or its state would fork. On failure it says which step failed.
+func (s *vmSandbox) saveTo(ctx context.Context, path string, save func(context.Context, *os.File) error) (string, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "state file", err
+	}
+	err = save(ctx, f)
+	if err == nil {
+		err = f.Sync()
+	}
+	f.Close()
+	if err != nil {
+		return "save", err
+	}
+	if err := s.m.Kill(); err != nil {
+		return "stop the VM", err
+	}
+	return "", nil
 }
 
 // Restore implements sandbox.Snapshotter.

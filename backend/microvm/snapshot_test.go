@@ -160,6 +160,7 @@ func digestGolden(t *testing.T, g *golden) string {
 	io.Copy(h, io.NewSectionReader(g.ram, 0, 1<<40))
 	return string(h.Sum(nil))
 }
+
 // TestClonesAreUnique is BATTERY row 87 at scale: n clones of one golden
 // (WOVYR_SOAK_CLONES, default 8; `make soak` runs 100) read boot_id,
 // machine-id, a kernel UUID and urandom at 0, 10 and 100 ms into their
