@@ -78,8 +78,11 @@ func TestPauseIsTheTenants(t *testing.T) {
 	if len(lines) != 3 || lines[0] != "kept" || !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(lines[1]) {
 		t.Fatalf("resumed VM: %q %q", res.Stdout, res.Stderr)
 	}
-	if sec, _ := strconv.ParseInt(lines[2], 10, 64); sec < res.Timings.Started.Unix() || sec > res.Timings.Finished.Unix() {
+	if sec, _ := strconv.ParseInt(lines[2], 10, 64); !withinASecond(sec, res.Timings.Started, res.Timings.Finished) {
 		t.Errorf("resumed clock %s outside the run", lines[2])
+	}
+	if skew := r.(*vmSandbox).skew; skew > maxClockSkew || skew < -maxClockSkew {
+		t.Errorf("resumed clock is %s off the host's at thaw", skew)
 	}
 	if rs := r.(*vmSandbox); rs.ident.MachineID != lines[1] {
 		t.Errorf("machine-id %s, the paused VM's %s", lines[1], rs.ident.MachineID)
