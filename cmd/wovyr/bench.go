@@ -22,6 +22,7 @@ func benchMain(ctx context.Context, g *globals, args []string) int {
 	rate := fs.Float64("rate", 0, "with --http: then send this many requests per second to each backend")
 	dur := fs.Duration("duration", 60*time.Second, "with --http --rate: for this long per backend")
 	only := fs.String("backend", "", "with --http: this backend only")
+	clones := fs.Bool("clones", false, "measure a microVM clone restored from the template's golden snapshot against a cold one-shot VM (-n default 5)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -34,6 +35,9 @@ func benchMain(ctx context.Context, g *globals, args []string) int {
 	}
 	defer nd.Close()
 	rounds := 20
+	if *clones {
+		rounds = 5
+	}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "n" {
 			rounds = *n
@@ -45,6 +49,15 @@ func benchMain(ctx context.Context, g *globals, args []string) int {
 			fmt.Fprintln(os.Stderr, "wovyr: bench --http:", err)
 			return exitBackendFailure
 		}
+		return 0
+	}
+	if *clones {
+		rows, err := clonesBench(ctx, nd, rounds)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "wovyr: bench --clones:", err)
+			return exitBackendFailure
+		}
+		benchmark.Print(os.Stdout, rows)
 		return 0
 	}
 	if *cli {
