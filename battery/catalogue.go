@@ -100,10 +100,7 @@ var catalogue = []Row{
 	{92, "Block residue", "M"},
 	// Frontier rows (BATTERY.md K), numbered here.
 	{93, "Mount table leak", "C,G"},
-	// BATTERY.md K names C and M too. C fails it today: a one-shot
-	// container runs a job without files as its init, and a leader that
-	// traces itself stops under crun (its tracer) until its wall limit; C
-	// joins with that fix. The microVM battery has no in-guest prober yet
-	// (its trace test covers the agent meanwhile).
-	{94, "Self-trace", "N,G"},
+	// BATTERY.md K names M too: the microVM battery has no in-guest
+	// prober yet (its trace test covers the agent meanwhile).
+	{94, "Self-trace", "N,C,G"},
 }

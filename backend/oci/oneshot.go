@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,9 +34,12 @@ import (
 //
 // The spec is the one Prepare wrote but for the process (argv, env, the
 // invocation's rlimits), so the isolation is the same and so is its
-// certification. What differs, as with any "crun run" or "docker run":
-//   - the workload is PID 1 of its pid namespace, so signals it sends
-//     itself whose action is the default are ignored under runc/crun;
+// certification. What differs, as with any "runsc run" or "docker run
+// --init":
+//   - under runc/crun the container's init is wovyr-guest's "job", the
+//     job's parent, which detaches from a job that made it its tracer
+//     (PTRACE_TRACEME) and returns the job's exit status (underLeader);
+//     under gVisor the workload is PID 1 of its pid namespace;
 //   - a death by signal n reads as exit status 128+n, with no signal name
 //     (the runtime's exit status is all the host sees) unless the host
 //     killed it (timeout, cancel, OOM);
@@ -82,6 +86,11 @@ func (s *Sandbox) initSpec(argv, env []string, lim sandbox.Limits) *specs.Spec {
 	if rl := s.rlimits(lim); rl != nil {
 		p.Rlimits = slices.Clone(p.Rlimits)
 		for _, r := range rl {
+			if r.Resource == unix.RLIMIT_NPROC && s.underLeader() {
+				// Room for the leader's parent's threads, which it adds
+				// to the job's own budget (agent.RunLeader).
+				r.Cur, r.Max = r.Cur+agent.ThreadReserve, r.Max+agent.ThreadReserve
+			}
 			i := slices.IndexFunc(p.Rlimits, func(x specs.POSIXRlimit) bool { return x.Type == rlimitNames[r.Resource] })
 			if i < 0 {
 				p.Rlimits = append(p.Rlimits, specs.POSIXRlimit{Type: rlimitNames[r.Resource]})
@@ -101,6 +110,27 @@ func (s *Sandbox) initSpec(argv, env []string, lim sandbox.Limits) *specs.Spec {
 		l.Resources, sp.Linux = &r, &l
 	}
 	return &sp
+}
+
+// underLeader reports whether a one-shot job runs under wovyr-guest's
+// "job" rather than as the container's init: under runc and crun, whose
+// init's parent is the runtime, which a job calling PTRACE_TRACEME would
+// make its tracer and which never resumes a stopped tracee (issue #25;
+// agent.RunLeader). Under gVisor the Sentry is the init's parent and no
+// tracer, and one more exec there costs 10–25 ms.
+func (s *Sandbox) underLeader() bool { return !s.b.gvisor }
+
+// leaderArgv is the spec's argv that runs prog with argv under
+// wovyr-guest's "job", with the job's own process budget.
+func (s *Sandbox) leaderArgv(prog string, argv []string, lim sandbox.Limits) []string {
+	out := []string{agentPath, "job"}
+	if slices.ContainsFunc(s.rlimits(lim), func(r agent.Rlimit) bool { return r.Resource == unix.RLIMIT_NPROC }) {
+		out = append(out, "--nproc="+strconv.Itoa(lim.Pids))
+	}
+	if s.b.weak == battery.TraceStopAsExit {
+		out = append(out, "--trace-stop-is-exit")
+	}
+	return append(append(out, "--", prog), argv...)
 }
 
 // mountSources are the spec's mounts by destination, as agent.LookPathIn
@@ -136,6 +166,9 @@ func (s *Sandbox) runInit(ctx context.Context, inv *sandbox.Invocation, lim sand
 	}
 	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {
 		argv[0] = prog // the runtime would search its own default PATH
+	}
+	if s.underLeader() {
+		argv = s.leaderArgv(prog, argv, lim)
 	}
 	if err := writeConfig(s.dir, s.initSpec(argv, env, lim)); err != nil {
 		return true, sandbox.Wrap(sandbox.BackendFailure, err, "%s: spec of %s", s.b.name, s.id)

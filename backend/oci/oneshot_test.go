@@ -13,10 +13,15 @@ import (
 
 // TestOneShotWorkloadIsInit: a one-shot sandbox starts nothing at Prepare
 // (no process, no runtime state) and runs its workload as the container's
-// init, with its argv, stdin, env, working directory, stdout, stderr and
-// exit status passed straight through.
+// init — under runc/crun as the only child of wovyr-guest's "job", the
+// init (agent.RunLeader) — with its argv, stdin, env, working directory,
+// stdout, stderr and exit status passed straight through.
 func TestOneShotWorkloadIsInit(t *testing.T) {
-	script := `echo pid=$$; tr '\0' ' ' < /proc/1/cmdline; echo; cat; echo "foo=$FOO"; pwd; echo err >&2; exit 7`
+	script := `[ $$ = 1 ] && echo init || echo child; tr '\0' ' ' < /proc/1/cmdline; echo; cat; echo "foo=$FOO"; pwd; echo err >&2; exit 7`
+	inits := map[string]string{
+		"container": "child\n/.wovyr/agent job --nproc=128 -- /bin/sh /bin/sh -c " + script + " \n",
+		"gvisor":    "init\n/bin/sh -c " + script + " \n",
+	}
 	for name, b := range newBackends(t) {
 		t.Run(name, func(t *testing.T) {
 			inv := cmd("/bin/sh", "-c", script)
@@ -27,7 +32,7 @@ func TestOneShotWorkloadIsInit(t *testing.T) {
 					t.Errorf("a prepared one-shot sandbox runs pids %v (runtime state: %v)", p, s.d.exists(s.id))
 				}
 			})
-			want := "pid=1\n/bin/sh -c " + script + " \nin\nfoo=bar\n/workspace\n"
+			want := inits[name] + "in\nfoo=bar\n/workspace\n"
 			if string(res.Stdout) != want || string(res.Stderr) != "err\n" || res.ExitCode != 7 || res.Class != sandbox.OK {
 				t.Fatalf("got class %q exit %d stdout %q stderr %q; want exit 7, stdout %q, stderr \"err\\n\"",
 					res.Class, res.ExitCode, res.Stdout, res.Stderr, want)

@@ -21,7 +21,7 @@ func main() {
 		os.Args = []string{os.Args[0], "init"}
 	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: wovyr-guest agent [--device PATH] | init | probe …")
+		fmt.Fprintln(os.Stderr, "usage: wovyr-guest agent [--device PATH] | init | job [--nproc N] -- PROG ARGV... | probe …")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
@@ -31,12 +31,30 @@ func main() {
 		os.Exit(agentMain(ctx, os.Args[2:]))
 	case "init":
 		os.Exit(initMain(ctx))
+	case "job":
+		os.Exit(jobMain(os.Args[2:]))
 	case "probe":
 		os.Exit(prober.Main(os.Args[2:], os.Stdout))
 	default:
 		fmt.Fprintf(os.Stderr, "wovyr-guest: unknown command %q\n", os.Args[1])
 		os.Exit(2)
 	}
+}
+
+// jobMain runs one job as a one-shot container's init: PROG with ARGV
+// (argv[0] included) as its child (agent.RunLeader says why).
+func jobMain(args []string) int {
+	fs := flag.NewFlagSet("job", flag.ContinueOnError)
+	nproc := fs.Int("nproc", 0, "the job's RLIMIT_NPROC, this process's threads not counted (0: inherited)")
+	stopIsExit := fs.Bool("trace-stop-is-exit", false, "take the job's first ptrace-stop for its end (battery row 94's positive control only)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() < 2 {
+		fmt.Fprintln(os.Stderr, "usage: wovyr-guest job [--nproc N] -- PROG ARGV...")
+		return 2
+	}
+	return agent.RunLeader(fs.Arg(0), fs.Args()[1:], *nproc, *stopIsExit)
 }
 
 // agentMain serves jobs on stdin/stdout, or on a character device such as a
