@@ -197,7 +197,9 @@ func newStdio(b *testing.B) *stdio {
 }
 
 // attach gives cmd the child ends; afterStart closes them here.
-func (s *stdio) attach(cmd *exec.Cmd) { cmd.Stdin, cmd.Stdout, cmd.Stderr = s.child[0], s.child[1], s.child[2] }
+func (s *stdio) attach(cmd *exec.Cmd) {
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = s.child[0], s.child[1], s.child[2]
+}
 
 func (s *stdio) afterStart() {
 	for _, f := range s.child {
