@@ -95,8 +95,15 @@ func benchCRIU(b *testing.B, be *Backend, criu, imports string) {
 		b.Fatal(err)
 	}
 
-	var coldT, restoreT, runcT, oursT []time.Duration
+	// The runtime's own floor: the same bundle running /bin/true.
+	floor, err := be.NewPeer(ctx, "python", []string{"/bin/true"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(floor.Close)
+	var coldT, floorT, restoreT, runcT, oursT []time.Duration
 	for i := 0; i < b.N; i++ {
+		floorT = append(floorT, rawRun(b, floor))
 		coldT = append(coldT, coldFirstResult(b, cold))
 		total, runc := restoreFirstResult(b, warm, criu, img, i)
 		restoreT, runcT = append(restoreT, total), append(runcT, runc)
@@ -104,6 +111,7 @@ func benchCRIU(b *testing.B, be *Backend, criu, imports string) {
 	}
 	mc, mr := median(coldT), median(restoreT)
 	b.ReportMetric(float64(mc.Microseconds())/1000, "cold-runc-run-ms")
+	b.ReportMetric(float64(median(floorT).Microseconds())/1000, "runc-run-true-ms")
 	b.ReportMetric(float64(mr.Microseconds())/1000, "restore-first-result-ms")
 	b.ReportMetric(float64(median(runcT).Microseconds())/1000, "runc-restore-ms")
 	b.ReportMetric(float64(median(oursT).Microseconds())/1000, "wovyr-oneshot-ms")
