@@ -208,14 +208,13 @@ func chownTree(dir string, owner [2]int) (size int64, err error) {
 // restores a container's stdio only onto pipes it is given). The caller
 // keeps the write end of stdin and the read end of stdout.
 type stdio struct {
-	in, out       *os.File
+	in, out, errR *os.File
 	child         [3]*os.File
-	stderr        *os.File
-	stderrWritten chan string
+	stderr        chan string // all the container wrote there, once it closed it
 }
 
 func newStdio(b *testing.B) *stdio {
-	s := &stdio{stderrWritten: make(chan string, 1)}
+	s := &stdio{stderr: make(chan string, 1)}
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		b.Fatal(err)
@@ -228,10 +227,10 @@ func newStdio(b *testing.B) *stdio {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s.in, s.out, s.stderr, s.child = inW, outR, errR, [3]*os.File{inR, outW, errW}
+	s.in, s.out, s.errR, s.child = inW, outR, errR, [3]*os.File{inR, outW, errW}
 	go func() {
 		all, _ := io.ReadAll(errR)
-		s.stderrWritten <- string(all)
+		s.stderr <- string(all)
 	}()
 	return s
 }
@@ -247,9 +246,22 @@ func (s *stdio) afterStart() {
 	}
 }
 
+// close closes every end still open here (a second Close only errs).
 func (s *stdio) close() {
-	s.in.Close()
-	s.out.Close()
+	for _, f := range append(s.child[:], s.in, s.out, s.errR) {
+		f.Close()
+	}
+}
+
+// errText is the container's stderr for a failure message, once it closed
+// it, or a note if it has not within a few seconds.
+func (s *stdio) errText() string {
+	select {
+	case text := <-s.stderr:
+		return text
+	case <-time.After(5 * time.Second):
+		return "(stderr still open)"
+	}
 }
 
 // expect reads one line from the container's stdout.
@@ -257,7 +269,7 @@ func (s *stdio) expect(b *testing.B, r *bufio.Reader, want string) {
 	line, err := r.ReadString('\n')
 	if err != nil || line != want+"\n" {
 		s.in.Close()
-		b.Fatalf("container stdout: %q, %v (want %q); stderr: %s", line, err, want, <-s.stderrWritten)
+		b.Fatalf("container stdout: %q, %v (want %q); stderr: %s", line, err, want, s.errText())
 	}
 }
 
@@ -290,10 +302,11 @@ func checkpointWarm(b *testing.B, p *Peer, criu, img string) time.Duration {
 	defer s.close()
 	run := p.d.command("run", "-d", "--bundle", p.dir, id)
 	s.attach(run)
-	if err := run.Run(); err != nil {
-		b.Fatalf("runc run -d: %v: %s", err, <-s.stderrWritten)
-	}
+	err := run.Run()
 	s.afterStart()
+	if err != nil {
+		b.Fatalf("runc run -d: %v: %s", err, s.errText())
+	}
 	s.expect(b, bufio.NewReader(s.out), "ready")
 	work := b.TempDir()
 	start := time.Now()
@@ -319,7 +332,7 @@ func coldFirstResult(b *testing.B, p *Peer) time.Duration {
 	s.expect(b, bufio.NewReader(s.out), "1")
 	took := time.Since(start)
 	if err := cmd.Wait(); err != nil {
-		b.Fatalf("runc run: %v: %s", err, <-s.stderrWritten)
+		b.Fatalf("runc run: %v: %s", err, s.errText())
 	}
 	return took
 }
@@ -336,12 +349,12 @@ func restoreFirstResult(b *testing.B, p *Peer, criu, img string, n int) (total, 
 		"--image-path", img, "--work-path", work, "--bundle", p.dir, id)...)...)
 	s.attach(restore)
 	start := time.Now()
-	if err := restore.Run(); err != nil {
-		s.afterStart()
-		b.Fatalf("runc restore: %v: %s\n%s", err, <-s.stderrWritten, criuLog(work))
-	}
+	err := restore.Run()
 	runc = time.Since(start)
 	s.afterStart()
+	if err != nil {
+		b.Fatalf("runc restore: %v: %s\n%s", err, s.errText(), criuLog(work))
+	}
 	if _, err := s.in.WriteString("job\n"); err != nil {
 		b.Fatal(err)
 	}
