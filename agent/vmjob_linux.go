@@ -95,8 +95,11 @@ func serveWarm(ctx context.Context, setupErr error) error {
 			rep = VMReply{Reply: Reply{ID: job.ID}, Boot: uptime()}
 			if setupErr == nil && job.Thaw != nil {
 				setupErr = thaw(job.Thaw) // a clone that cannot thaw runs nothing
-				rep.Clock = time.Now()
 			}
+			if setupErr == nil && job.ClockStep != 0 {
+				setupErr = stepClock(job.ClockStep)
+			}
+			rep.Clock = time.Now()
 			if setupErr != nil {
 				rep.Setup = setupErr.Error()
 			}

@@ -51,6 +51,10 @@ type VMJob struct {
 	// Thaw, on a job without Argv, makes a clone restored from a golden
 	// snapshot its own before any job: see Thaw.
 	Thaw *Thaw `json:"thaw,omitempty"`
+	// ClockStep, on a job without Argv, moves the guest's wall clock by
+	// this much first: the host's correction after measuring the clock
+	// over a ping (a thaw sets it only to within a one-way delay).
+	ClockStep time.Duration `json:"clock_step,omitempty"`
 }
 
 // Thaw is what a clone needs from the host to stop being a copy of its
@@ -85,7 +89,8 @@ type VMReply struct {
 	Setup string `json:"setup,omitempty"`
 	// Boot is the guest's uptime when it took the job.
 	Boot time.Duration `json:"boot,omitempty"`
-	// Clock is the guest's wall clock after a thaw: the host checks it.
+	// Clock is the guest's wall clock as it answered a ping or a thaw:
+	// the host measures the clone's clock by it.
 	Clock time.Time `json:"clock,omitzero"`
 }
 

@@ -56,6 +56,15 @@ func thaw(t *Thaw) error {
 	return nil
 }
 
+// stepClock moves the wall clock by d.
+func stepClock(d time.Duration) error {
+	ts := unix.NsecToTimespec(time.Now().Add(d).UnixNano())
+	if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
+		return fmt.Errorf("step the clock: %w", err)
+	}
+	return nil
+}
+
 // reseedRNG credits e to the kernel's input pool (RNDADDENTROPY) and makes
 // the CRNG reseed from it now (RNDRESEEDCRNG), so /dev/urandom and
 // getrandom diverge from every other clone's at once.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync/atomic"
 	"time"
@@ -315,19 +316,17 @@ func (s *vmSandbox) resumeVM(ctx context.Context, statePath string, ram *os.File
 	if s.net != nil {
 		t.Net, t.Golden, t.MAC = s.net.guest.String(), oldNet, s.net.mac.String()
 	}
-	sent := time.Now()
-	t.Clock = sent
+	t.Clock = time.Now()
 	var rep agent.VMReply
 	err = roundTrip(conn, deadline, agent.VMJob{Job: agent.Job{ID: "thaw"}, Thaw: t}, &rep, 1<<20)
-	got := time.Now()
 	switch {
 	case err != nil:
 	case rep.ID != "thaw":
 		err = fmt.Errorf("thaw answered for %q", rep.ID)
 	case rep.Setup != "":
 		err = fmt.Errorf("guest thaw: %s", rep.Setup)
-	case rep.Clock.Before(sent.Add(-maxClockSkew)) || rep.Clock.After(got.Add(maxClockSkew)):
-		err = fmt.Errorf("clone clock %s is off the host's (%s–%s) by more than %s", rep.Clock.Format(time.RFC3339Nano), sent.Format(time.RFC3339Nano), got.Format(time.RFC3339Nano), maxClockSkew)
+	default:
+		s.skew, err = syncClock(conn, deadline)
 	}
 	if err != nil {
 		m.Kill()
@@ -340,8 +339,43 @@ func (s *vmSandbox) resumeVM(ctx context.Context, statePath string, ram *os.File
 		}
 	}
 	s.m, s.conn, s.readyAt, s.ident = m, conn, rep.Boot, id
-	s.skew = rep.Clock.Sub(sent.Add(got.Sub(sent) / 2))
 	return nil
+}
+
+// clockTolerance is how close syncClock brings a guest's clock.
+const clockTolerance = 10 * time.Millisecond
+
+// syncClock measures the guest's wall clock over pings and steps it until
+// it is within clockTolerance of the host's, at most three times. A thaw
+// sets the clock to the host's time at sending, so it lags by the thaw's
+// one-way delay, tens of ms under TCG right after a restore. Each ping
+// bounds the offset (Cristian's method): the guest read its clock between
+// the host's send and receive, so the offset lies within half the round
+// trip of the estimate at its midpoint. It returns the last estimate, and
+// an error if, bound included, it is still beyond maxClockSkew.
+func syncClock(conn net.Conn, deadline time.Time) (time.Duration, error) {
+	var step, off, half time.Duration
+	for range 4 {
+		h1 := time.Now()
+		var rep agent.VMReply
+		if err := roundTrip(conn, deadline, agent.VMJob{Job: agent.Job{ID: "clock"}, ClockStep: step}, &rep, 1<<20); err != nil {
+			return 0, err
+		}
+		h2 := time.Now()
+		if rep.Setup != "" {
+			return 0, fmt.Errorf("guest clock: %s", rep.Setup)
+		}
+		half = h2.Sub(h1) / 2
+		off = rep.Clock.Sub(h1.Add(half))
+		if off.Abs()+half <= clockTolerance {
+			return off, nil
+		}
+		step = -off
+	}
+	if off.Abs()+half > maxClockSkew {
+		return off, fmt.Errorf("the clone's clock stays %s off the host's (±%s), beyond %s", off, half, maxClockSkew)
+	}
+	return off, nil
 }
 
 // reconcileSnapshots removes golden builds a dead process left, and
