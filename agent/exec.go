@@ -88,6 +88,7 @@ func execute(ctx context.Context, job Job, attr func(*syscall.SysProcAttr)) Repl
 		fds.close(exitW)
 	}()
 	f := <-started
+	defer threadGone(f.tid)
 	if f.err != nil {
 		<-reaped
 		rep.ExitCode, rep.Error = 127, fmt.Sprintf("fork/exec %s: %v", prog, f.err)

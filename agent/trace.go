@@ -1,8 +1,11 @@
 package agent
 
 import (
+	"os"
 	"runtime"
+	"strconv"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -10,7 +13,23 @@ import (
 // forked is the outcome of the leader's fork: its pid, or why it failed.
 type forked struct {
 	pid int
+	tid int // the forking thread, which ends with the job (threadGone)
 	err error
+}
+
+// threadGone waits, briefly, until the agent's thread tid has exited. The
+// forking thread is locked and never unlocked, so the runtime ends it once
+// its goroutine returns, a moment after the job was reaped; the next job's
+// RLIMIT_NPROC counts the agent's threads (SetRlimits), and a thread still
+// ending then would give that job one task more than its limit once gone.
+func threadGone(tid int) {
+	p := "/proc/self/task/" + strconv.Itoa(tid)
+	for deadline := time.Now().Add(100 * time.Millisecond); time.Now().Before(deadline); {
+		if _, err := os.Stat(p); err != nil {
+			return
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
 }
 
 // forkAndWait starts the job's leader, sends its pid (or the fork's error)
@@ -32,7 +51,7 @@ type forked struct {
 func forkAndWait(prog string, argv []string, attr *syscall.ProcAttr, started chan<- forked, ws *syscall.WaitStatus, ru *syscall.Rusage, stopIsExit bool) {
 	runtime.LockOSThread()
 	pid, err := syscall.ForkExec(prog, argv, attr)
-	started <- forked{pid, err}
+	started <- forked{pid, syscall.Gettid(), err}
 	if err != nil {
 		return
 	}
