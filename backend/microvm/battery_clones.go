@@ -26,7 +26,7 @@ const (
 // cloneSettle is how long after its golden's capture the battery restores
 // its clones: an unthawed clone's clock then lags by at least this much,
 // which a job's one-second clock must see.
-const cloneSettle = 2500 * time.Millisecond
+const cloneSettle = 3 * time.Second
 
 // cloneScript prints what rows 87 and 88 read, one fact per line:
 // boot_id, machine-id, a kernel UUID, 16 urandom bytes, the wall clock in
@@ -68,11 +68,11 @@ func (b *Backend) runClones(ctx context.Context, r *cloneRun) error {
 	pooled := &Backend{cfg: b.cfg, probe: b.probe}
 	pooled.cfg.Warm = true // clones that run their warm-up, as a pool's do
 	defer pooled.dropGoldens()
-	captured := time.Now()
 	g, err := pooled.Golden(ctx, probeTemplate())
 	if err != nil {
 		return err
 	}
+	captured := time.Now() // the capture ends Golden (or happened earlier, on disk)
 	a, err := pooled.Restore(ctx, g)
 	if err != nil {
 		return err
