@@ -58,12 +58,19 @@ func configureNet(n VMNet) error {
 	if err := nl.addDefaultRoute(nic.Index, n); err != nil {
 		return fmt.Errorf("default route via %s: %w", n.Gateway, err)
 	}
+	return replaceEtc("resolv.conf", n.ResolvConf(), 0o644)
+}
+
+// replaceEtc writes the workload root's /etc/name afresh: a template's file
+// there is removed first, so a symlink in the template is never followed.
+func replaceEtc(name string, data []byte, mode os.FileMode) error {
 	if err := os.MkdirAll("/etc", 0o755); err != nil {
 		return err
 	}
-	_ = os.Remove("/etc/resolv.conf") // a template's symlink is not followed
-	if err := os.WriteFile("/etc/resolv.conf", n.ResolvConf(), 0o644); err != nil {
-		return fmt.Errorf("resolv.conf: %w", err)
+	p := "/etc/" + name
+	_ = os.Remove(p)
+	if err := os.WriteFile(p, data, mode); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	return nil
 }

@@ -40,12 +40,8 @@ func thaw(t *Thaw) error {
 	if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
 		return fmt.Errorf("thaw: set the clock: %w", err)
 	}
-	if err := os.MkdirAll("/etc", 0o755); err != nil {
-		return err
-	}
-	_ = os.Remove("/etc/machine-id") // a template's symlink is not followed
-	if err := os.WriteFile("/etc/machine-id", []byte(t.MachineID+"\n"), 0o444); err != nil {
-		return fmt.Errorf("thaw: machine-id: %w", err)
+	if err := replaceEtc("machine-id", []byte(t.MachineID+"\n"), 0o444); err != nil {
+		return fmt.Errorf("thaw: %w", err)
 	}
 	if err := bindBootID(t.BootID); err != nil {
 		return err
@@ -146,6 +142,8 @@ func readdress(t *Thaw) error {
 	if err := nl.replaceDefaultRoute(nic.Index, n); err != nil {
 		return fmt.Errorf("thaw: default route via %s: %w", n.Gateway, err)
 	}
-	_ = os.Remove("/etc/resolv.conf")
-	return os.WriteFile("/etc/resolv.conf", n.ResolvConf(), 0o644)
+	if err := replaceEtc("resolv.conf", n.ResolvConf(), 0o644); err != nil {
+		return fmt.Errorf("thaw: %w", err)
+	}
+	return nil
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"regexp"
 
-	"golang.org/x/sys/unix"
+	"github.com/wovyr/wovyr/cert"
 )
 
 // Key identifies a golden snapshot. Two goldens with the same Key are
@@ -38,11 +38,10 @@ func (k Key) validate() error {
 	return nil
 }
 
-// HostKernel is the host kernel's release, a key's Kernel.
-func HostKernel() string {
-	var u unix.Utsname
-	if unix.Uname(&u) != nil {
-		return ""
-	}
-	return unix.ByteSliceToString(u.Release[:])
+// Current is a Reconcile keep func: the goldens keyed to this runtime
+// version and config hash on this node's kernel (cert.Kernel, as the
+// backend's certification is).
+func Current(version, configHash string) func(Key) bool {
+	kernel := cert.Kernel()
+	return func(k Key) bool { return k.Version == version && k.ConfigHash == configHash && k.Kernel == kernel }
 }

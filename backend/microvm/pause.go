@@ -23,9 +23,9 @@ import (
 
 // pausedMeta is a paused VM's own record beside snapshot.PausedRecord.
 type pausedMeta struct {
-	Template sandbox.Template `json:"template"`
-	Ident    identity         `json:"identity"`
-	Net      string           `json:"net,omitempty"`
+	Template sandbox.Template  `json:"template"`
+	Ident    snapshot.Identity `json:"identity"`
+	Net      string            `json:"net,omitempty"`
 }
 
 type paused struct {
@@ -77,10 +77,10 @@ func (s *vmSandbox) pause(ctx context.Context, tenant string) (sandbox.Paused, e
 	fail := func(err error, what string) (sandbox.Paused, error) {
 		return sandbox.Paused{}, sandbox.Wrap(sandbox.BackendFailure, err, "pause microvm sandbox %s: %s", s.id, what)
 	}
-	if s.ident == (identity{}) {
+	if s.ident == (snapshot.Identity{}) {
 		// A booted VM keeps the kernel's boot_id; from here on it has one
 		// of wovyr's, like a clone.
-		if s.ident, err = newIdentity(); err != nil {
+		if s.ident, err = snapshot.NewIdentity(); err != nil {
 			return fail(err, "identity")
 		}
 	}

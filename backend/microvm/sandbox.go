@@ -48,9 +48,9 @@ type vmSandbox struct {
 	m       vmm.Machine // warm: the running VM
 	conn    net.Conn    // warm: the control port
 	readyAt time.Duration
-	skew    time.Duration // a restored VM: its clock's offset from the host's once synced (syncClock)
-	ident   identity      // a restored VM's machine-id and boot_id (zero: booted)
-	owner   string        // the tenant whose code ran in it, or who resumed it
+	skew    time.Duration     // a restored VM: its clock's offset from the host's once synced (syncClock)
+	ident   snapshot.Identity // a restored VM's machine-id and boot_id (zero: booted)
+	owner   string            // the tenant whose code ran in it, or who resumed it
 
 	net        *vmNet // the VM's egress slot and tap; nil: no NIC
 	uid, gid   uint32

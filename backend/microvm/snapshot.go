@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/wovyr/wovyr/agent"
+	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/snapshot"
 )
@@ -74,7 +75,7 @@ func (b *Backend) goldenKey(p *probed, tmpl sandbox.Template, root string) snaps
 	h := sha256.New()
 	fmt.Fprintln(h, p.image.Digest, root, l.Memory, l.Disk, b.cfg.VCPUs, b.cfg.GuestOverhead, b.cfg.Network != nil)
 	return snapshot.Key{
-		Backend: b.Name(), Version: p.cap.Version, Kernel: snapshot.HostKernel(),
+		Backend: b.Name(), Version: p.cap.Version, Kernel: cert.Kernel(),
 		ConfigHash: p.cap.ConfigHash, Template: hex.EncodeToString(h.Sum(nil))[:24],
 	}
 }
@@ -244,9 +245,9 @@ func (b *Backend) Restore(ctx context.Context, sg sandbox.Golden) (sandbox.Sandb
 // Under a pooled backend it also runs the warm-up job: the clone's VMM
 // starts with an empty translation cache.
 func (s *vmSandbox) restore(ctx context.Context, g *golden) error {
-	id, err := newIdentity()
+	id, err := snapshot.NewIdentity()
 	if err != nil {
-		return err
+		return sandbox.Wrap(sandbox.BackendFailure, err, "clone VM %s", s.id)
 	}
 	if s.net != nil && g.meta.Net == "" {
 		return sandbox.Errorf(sandbox.BackendFailure, "", "golden snapshot %s has no network to move from", g.ID())
@@ -260,31 +261,12 @@ func (s *vmSandbox) restore(ctx context.Context, g *golden) error {
 	return nil
 }
 
-// identity is what makes a VM its own beside its RNG: fresh per clone,
-// kept across a tenant's pause and resume.
-type identity struct {
-	MachineID string `json:"machine_id"`
-	BootID    string `json:"boot_id"`
-}
-
-func newIdentity() (identity, error) {
-	var r [32]byte
-	if _, err := rand.Read(r[:]); err != nil {
-		return identity{}, sandbox.Wrap(sandbox.BackendFailure, err, "entropy")
-	}
-	id := r[16:]
-	id[6] = id[6]&0x0f | 0x40 // a version 4 UUID, as the kernel makes
-	id[8] = id[8]&0x3f | 0x80
-	u := hex.EncodeToString(id)
-	return identity{MachineID: hex.EncodeToString(r[:16]), BootID: u[0:8] + "-" + u[8:12] + "-" + u[12:16] + "-" + u[16:20] + "-" + u[20:32]}, nil
-}
-
 // resumeVM starts the sandbox's VM from the migration stream at statePath
 // (over ram, or carrying RAM itself when ram is nil) and thaws it: host
 // entropy, the host's clock, id, and its own slot's network in place of
 // oldNet. The guest's clock must come back within maxClockSkew of the
 // host's, or the VM is killed.
-func (s *vmSandbox) resumeVM(ctx context.Context, statePath string, ram *os.File, id identity, oldNet string) error {
+func (s *vmSandbox) resumeVM(ctx context.Context, statePath string, ram *os.File, id snapshot.Identity, oldNet string) error {
 	state, err := os.Open(statePath)
 	if err != nil {
 		return sandbox.Wrap(sandbox.BackendFailure, err, "saved state")
@@ -388,9 +370,7 @@ func (b *Backend) reconcileSnapshots(p *probed) error {
 	}
 	var keep func(snapshot.Key) bool
 	if p != nil {
-		keep = func(k snapshot.Key) bool {
-			return k.Version == p.cap.Version && k.ConfigHash == p.cap.ConfigHash && k.Kernel == snapshot.HostKernel()
-		}
+		keep = snapshot.Current(p.cap.Version, p.cap.ConfigHash)
 	}
 	removed, err := store.Reconcile(b.Name(), keep)
 	if len(removed) > 0 {

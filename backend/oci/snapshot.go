@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/wovyr/wovyr/agent"
+	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/image"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/snapshot"
@@ -53,16 +54,13 @@ const bootIDPath = "/proc/sys/kernel/random/boot_id"
 
 // boot says how prepare starts a sandbox.
 type boot struct {
-	capture bool            // a golden's: identity mounts, agent-serving, warmed
-	from    *golden         // a clone of it: runsc restore, then the agent's thaw
-	thawed  *agent.Thawed   // the clone agent's answer to its thaw
-	ident   sandboxIdentity // what identityMounts gave it
+	capture bool              // a golden's: identity mounts, agent-serving, warmed
+	from    *golden           // a clone of it: runsc restore, then the agent's thaw
+	thawed  *agent.Thawed     // the clone agent's answer to its thaw
+	ident   snapshot.Identity // what identityMounts gave it
 }
 
 func (b boot) cold() bool { return !b.capture && b.from == nil }
-
-// sandboxIdentity is a golden's or clone's own boot_id and machine-id.
-type sandboxIdentity struct{ BootID, MachineID string }
 
 // golden is a golden snapshot this process can restore.
 type golden struct {
@@ -104,7 +102,7 @@ func (b *Backend) goldenKey(d *driver, name string, tmpl sandbox.Template) (snap
 	fmt.Fprintln(h, goldenLayout, name, st.Dev, st.Ino, st.Ctim.Nano(), tmpl.Kind, tmpl.Limits.WithDefaults(),
 		filepath.Base(b.agent), filepath.Base(b.runner))
 	return snapshot.Key{
-		Backend: b.name, Version: d.version, Kernel: snapshot.HostKernel(),
+		Backend: b.name, Version: d.version, Kernel: cert.Kernel(),
 		ConfigHash: b.configHash(d), Template: hex.EncodeToString(h.Sum(nil))[:24],
 	}, nil
 }
@@ -270,10 +268,7 @@ func (b *Backend) afterProbe(d *driver, configHash string) {
 	if !b.gvisor || b.weak != "" {
 		return
 	}
-	kernel := snapshot.HostKernel()
-	err := reconcileSnapshots(b.cfg.StateDir, b.name, func(k snapshot.Key) bool {
-		return k.Version == d.version && k.ConfigHash == configHash && k.Kernel == kernel
-	})
+	err := reconcileSnapshots(b.cfg.StateDir, b.name, snapshot.Current(d.version, configHash))
 	if err != nil {
 		b.cfg.Logger.Warn("gvisor: reconcile golden snapshots", "err", err)
 	}

@@ -1,12 +1,12 @@
 package oci
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"path/filepath"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/wovyr/wovyr/snapshot"
 )
 
 // machineIDPath is where systemd and D-Bus look for the machine's id.
@@ -24,11 +24,10 @@ func (s *Sandbox) identityMounts(spec *specs.Spec) error {
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		return err
 	}
-	var r [32]byte
-	if _, err := rand.Read(r[:]); err != nil {
+	var err error
+	if s.boot.ident, err = snapshot.NewIdentity(); err != nil {
 		return err
 	}
-	s.boot.ident = sandboxIdentity{BootID: uuid4(r[:16]), MachineID: hex.EncodeToString(r[16:])}
 	for _, f := range []struct{ name, dst, text string }{
 		{"boot_id", bootIDPath, s.boot.ident.BootID},
 		{"machine-id", machineIDPath, s.boot.ident.MachineID},
@@ -41,13 +40,4 @@ func (s *Sandbox) identityMounts(spec *specs.Spec) error {
 			Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
 	}
 	return nil
-}
-
-// uuid4 formats 16 random bytes as a version 4 UUID, as the kernel writes
-// boot_id.
-func uuid4(b []byte) string {
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	u := hex.EncodeToString(b)
-	return u[0:8] + "-" + u[8:12] + "-" + u[12:16] + "-" + u[16:20] + "-" + u[20:32]
 }
