@@ -143,11 +143,30 @@ func probeSignals(ctx context.Context, t Target) Observation {
 		Secure:   gb.err == nil && gb.rep.Count == 0}
 }
 
+// probeLocalSockets listens in tenant A on a loopback port and an abstract
+// unix name, both fresh per run: the weakened controls share the host's
+// network namespace, and certifications running side by side (the test
+// packages do) must not meet on a fixed port.
 func probeLocalSockets(ctx context.Context, t Target) Observation {
-	port := "47047"
-	_, gb := twoTenants(ctx, t, []string{"listen", port, tenantHold}, []string{"connect", "127.0.0.1:" + port})
-	return Observation{Tried: "tenant A listens on 127.0.0.1:" + port + "; tenant B connects",
+	port, err := freeLoopbackPort()
+	if err != nil {
+		return Observation{Observed: err.Error()}
+	}
+	name := marker("sockets")
+	_, gb := twoTenants(ctx, t, []string{"listen", port, tenantHold, name},
+		[]string{"connect", "127.0.0.1:" + port, "@" + name})
+	return Observation{Tried: "tenant A listens on 127.0.0.1:" + port + " and @" + name + "; tenant B connects to both",
 		Observed: gb.String(), Secure: gb.err == nil && gb.rep.Count == 0}
+}
+
+// freeLoopbackPort is a TCP port free on the host's loopback now.
+func freeLoopbackPort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("pick a loopback port: %w", err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port), nil
 }
 
 func probeSharedStorage(ctx context.Context, t Target) Observation {

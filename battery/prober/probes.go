@@ -202,15 +202,30 @@ func daemon(args []string) Report {
 	return Report{Count: cmd.Process.Pid, Data: map[string]string{"marker": marker}}
 }
 
-// connect dials tcp addr (args[0]) with a short timeout.
+// connect dials each address in args with a short timeout: host:port over
+// TCP, or @name, an abstract unix socket. Count is how many answered; Errno
+// is the first refusal.
 func connect(args []string) Report {
-	addr := strArg(args, 0, "127.0.0.1:1")
-	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err != nil {
-		return Report{Errno: errnoName(err), Data: map[string]string{"addr": addr}}
+	if len(args) == 0 {
+		args = []string{"127.0.0.1:1"}
 	}
-	c.Close()
-	return Report{Count: 1, Data: map[string]string{"addr": addr}}
+	rep := Report{Data: map[string]string{"addr": strings.Join(args, " ")}}
+	for _, addr := range args {
+		network := "tcp"
+		if strings.HasPrefix(addr, "@") {
+			network = "unix"
+		}
+		c, err := net.DialTimeout(network, addr, 2*time.Second)
+		if err != nil {
+			if rep.Errno == "" {
+				rep.Errno = errnoName(err)
+			}
+			continue
+		}
+		c.Close()
+		rep.Count++
+	}
+	return rep
 }
 
 // self reports the process's credentials and environment as the kernel
@@ -333,25 +348,33 @@ func peek(args []string) Report {
 	return rep
 }
 
-// listen accepts TCP connections on 127.0.0.1:port (args[0]) for ms
-// (args[1]) and counts them.
+// listen accepts connections for ms (args[1]) on TCP 127.0.0.1:port
+// (args[0]) and, given a name (args[2]), on the abstract unix socket @name,
+// and counts them. Both are scoped by the network namespace, so a tenant
+// that reaches either shares one with its neighbour.
 func listen(args []string) Report {
-	l, err := net.Listen("tcp", "127.0.0.1:"+strArg(args, 0, "47047"))
-	if err != nil {
-		return Report{Errno: errnoName(err)}
+	addrs := [][2]string{{"tcp", "127.0.0.1:" + strArg(args, 0, "47047")}}
+	if name := strArg(args, 2, ""); name != "" {
+		addrs = append(addrs, [2]string{"unix", "@" + name})
 	}
-	defer l.Close()
 	var n atomic.Int64
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			n.Add(1)
-			c.Close()
+	for _, a := range addrs {
+		l, err := net.Listen(a[0], a[1])
+		if err != nil {
+			return Report{Errno: errnoName(err), Data: map[string]string{"addr": a[1]}}
 		}
-	}()
+		defer l.Close()
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				n.Add(1)
+				c.Close()
+			}
+		}()
+	}
 	time.Sleep(time.Duration(intArg(args, 1, 3000)) * time.Millisecond)
 	return Report{Count: int(n.Load())}
 }
