@@ -1,36 +1,29 @@
 #!/bin/sh
-# Installs the OCI runtimes for the container and gvisor backends on Debian 12.
-# runsc comes from bookworm-backports (the 2022 bookworm build lacks systrap and
-# breaks `ls -l`); the backports suite is added from the same mirror that the
-# existing apt sources use. Idempotent (it does nothing once the backports
-# runsc is installed); run as root by scripts/install-deps before apt.
+# Installs runsc, the gvisor backend's runtime, built from gVisor's own Go
+# module at a pinned commit (ADR 0023). Every Debian build (bookworm's 2022
+# one, and 0.0~20240729 in bookworm-backports, trixie and sid) predates
+# gVisor's fix for lgetxattr on a symlink (issue #11049, release-20241021.0),
+# so `ls -l` of a usr-merge root printed "Bad file descriptor" on gVisor
+# only (wovyr issue #25). The version string names the module's commit; it
+# is part of the certification key, so a new pin voids gVisor's
+# certification. Idempotent: it does nothing once that runsc is installed.
+# Run as root by scripts/install-deps before apt; needs only Go.
 set -eu
-export DEBIAN_FRONTEND=noninteractive
-case "$(dpkg-query -W -f='${Version}' runsc 2>/dev/null || true)" in
-*bpo12*) exit 0 ;;
-esac
-
-mirror=""
-for f in /etc/apt/sources.list.d/*.sources; do
-	[ -f "$f" ] || continue
-	# deb822: take the URIs of a stanza whose Suites include plain "bookworm".
-	mirror=$(awk '
-		/^[[:space:]]*$/ { if (suite && uri) { print uri; exit } suite=0; uri="" ; next }
-		/^URIs:/ { uri=$2 }
-		/^Suites:/ { for (i=2;i<=NF;i++) if ($i=="bookworm") suite=1 }
-		END { if (suite && uri) print uri }' "$f" | head -n1)
-	[ -n "$mirror" ] && break
-done
-if [ -z "$mirror" ] && [ -f /etc/apt/sources.list ]; then
-	mirror=$(awk '$1=="deb" && $3=="bookworm" { print $2; exit }' /etc/apt/sources.list)
+module=gvisor.dev/gvisor
+pin=v0.0.0-20260527191743-a81fd9dd382e # the go branch, 2026-05-27
+version="go-20260527191743-a81fd9dd382e"
+dest=/usr/local/bin
+if [ "$("$dest/runsc" --version 2>/dev/null | head -n1)" = "runsc version $version" ]; then
+	exit 0
 fi
-if [ -z "$mirror" ]; then
-	echo "oci deps: no bookworm mirror found in apt sources" >&2
-	exit 1
-fi
-list=/etc/apt/sources.list.d/wovyr-bookworm-backports.list
-if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-	echo "deb $mirror bookworm-backports main" >"$list"
-fi
-apt-get -o DPkg::Lock::Timeout=300 update -qq >&2
-apt-get -o DPkg::Lock::Timeout=300 install -y -qq -t bookworm-backports runsc >&2
+PATH=/usr/local/go/bin:$PATH
+command -v go >/dev/null || { echo "oci deps: go is needed to build runsc" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+echo "oci deps: building runsc $version (a few minutes)" >&2
+# Outside any module, with the Go this machine has; static, as gVisor ships it.
+(cd "$tmp" && GOTOOLCHAIN=local CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS= \
+	go install -trimpath -ldflags "-s -w -X $module/runsc/version.version=$version" "$module/runsc@$pin") >&2
+install -m 0755 "$tmp/runsc" "$dest/runsc.new"
+mv -f "$dest/runsc.new" "$dest/runsc"
+"$dest/runsc" --version | head -n1 >&2

@@ -8,12 +8,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/wovyr/wovyr/agent"
 	"github.com/wovyr/wovyr/battery"
+	"github.com/wovyr/wovyr/image"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
@@ -151,27 +153,41 @@ func fileHash(p string) string {
 }
 
 // probeRuntimeOverwrite is row 18 (CVE-2019-5736): the workload tries to
-// open for writing every host binary it can reach — /proc/1/exe (the
-// agent) and the files mounted under /.wovyr — without writing a byte; the
-// host checks the runtime and agent binaries' hashes before and after.
+// open for writing every host binary it can reach — /proc/1/exe and the
+// files mounted under /.wovyr — without writing a byte; the host checks the
+// runtime's, the agent's and the template's busybox hashes before and
+// after. /proc/1/exe is the agent in a pooled sandbox, but the workload
+// itself in a one-shot gVisor sandbox (the container's init): that is the
+// sandbox's own copy of a template file, which newer runsc opens for
+// writing (Linux says ETXTBSY) and which a write copies up into the
+// sandbox's scratch, so an open that resolves outside /.wovyr is not a
+// reach into the host as long as the template stays unchanged.
 func probeRuntimeOverwrite(ctx context.Context, t battery.Target) battery.Observation {
-	obs := battery.Observation{Tried: "open /proc/1/exe and /.wovyr/* for writing (O_APPEND, nothing written); host hashes the runtime and agent binaries"}
+	obs := battery.Observation{Tried: "open /proc/1/exe and /.wovyr/* for writing (O_APPEND, nothing written); host hashes the runtime, agent and template binaries"}
 	s, err := prepared(ctx, t)
 	if err != nil {
 		obs.Observed = err.Error()
 		return obs
 	}
 	defer s.Destroy(context.WithoutCancel(ctx))
-	before := fileHash(s.d.path) + " " + fileHash(s.b.agent)
-	res, err := s.Run(ctx, shell(t, `for f in /proc/1/exe /.wovyr/*; do (exec 3>>"$f") 2>/dev/null && echo "OPENED $f"; done; echo end`))
+	hashes := func() string {
+		return fileHash(s.d.path) + " " + fileHash(s.b.agent) + " " + fileHash(filepath.Join(image.RootFS(s.b.imagesDir(), s.image), "bin", "busybox"))
+	}
+	before := hashes()
+	res, err := s.Run(ctx, shell(t, `for f in /proc/1/exe /.wovyr/*; do (exec 3>>"$f") 2>/dev/null && echo "OPENED $f $(readlink -f "$f")"; done; echo end`))
 	if err != nil {
 		obs.Observed = err.Error()
 		return obs
 	}
-	after := fileHash(s.d.path) + " " + fileHash(s.b.agent)
+	after := hashes()
 	out := strings.TrimSpace(string(res.Stdout))
-	obs.Observed = fmt.Sprintf("inside %q; %s and agent hashes %s -> %s", out, s.d.path, before, after)
-	obs.Secure = res.Class == sandbox.OK && out == "end" && before == after && !strings.Contains(before, "unreadable")
+	obs.Observed = fmt.Sprintf("inside %q; %s, agent and template busybox hashes %s -> %s", out, s.d.path, before, after)
+	lines := strings.Split(out, "\n")
+	reached := slices.ContainsFunc(lines[:len(lines)-1], func(l string) bool {
+		f := strings.Fields(l)
+		return len(f) != 3 || f[0] != "OPENED" || f[2] == "/.wovyr" || strings.HasPrefix(f[2], "/.wovyr/")
+	})
+	obs.Secure = res.Class == sandbox.OK && lines[len(lines)-1] == "end" && !reached && before == after && !strings.Contains(before, "unreadable")
 	return obs
 }
 

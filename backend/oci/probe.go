@@ -55,6 +55,9 @@ func (b *Backend) Probe(ctx context.Context) sandbox.Capability {
 		if b.egressOn() {
 			feats = append(feats, "egress-slot")
 		}
+		if d.restoreCheck {
+			feats = append(feats, restoreCheckFeature)
+		}
 		hash := b.configHash(d)
 		b.afterProbe(d, hash)
 		return sandbox.Capability{Available: true, Version: d.version, ConfigHash: hash,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/wovyr/wovyr/cgroup"
@@ -42,6 +43,7 @@ func (b *Backend) Adopt(_ context.Context, capa sandbox.Capability) error {
 			continue
 		}
 		d.version = capa.Version
+		d.restoreCheck = slices.Contains(capa.Features, restoreCheckFeature)
 		for _, dp := range b.platforms(d) {
 			if dp.accel == capa.Accel {
 				b.mu.Lock()

@@ -26,7 +26,16 @@ type driver struct {
 	hybrid  bool     // crun on a hybrid cgroup host: create must not see cgroup2
 	accel   string   // runsc's platform, reported as Capability.Accel
 	version string
+	// restoreCheck: this runsc validates a restore's spec against the
+	// checkpoint's (its restore-spec-validation flag, absent before 2025).
+	// A clone's spec differs from its golden's by design — its own uid
+	// range, scratch and bind sources (ADR 0020) — so restores turn it off.
+	restoreCheck bool
 }
+
+// restoreCheckFeature is the probe feature that records restoreCheck, so a
+// stored probe (Adopt) keeps it without running the binary.
+const restoreCheckFeature = "restore-spec-validation"
 
 // newDriver resolves bin (a name or a path) and reads its version.
 func newDriver(ctx context.Context, name, bin, stateDir string) (*driver, error) {
@@ -39,6 +48,13 @@ func newDriver(ctx context.Context, name, bin, stateDir string) (*driver, error)
 		return nil, fmt.Errorf("%s --version: %w", d.path, err)
 	}
 	d.version = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+	if name == "runsc" {
+		flags, err := exec.CommandContext(ctx, d.path, "flags").CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("%s flags: %w", d.path, err)
+		}
+		d.restoreCheck = strings.Contains(string(flags), "-"+restoreCheckFeature+" ")
+	}
 	return d, nil
 }
 

@@ -364,6 +364,9 @@ func (s *Sandbox) runCommand(global, flags []string) (cmd *exec.Cmd, release fun
 	verb := []string{"run"}
 	if g := s.boot.from; g != nil {
 		verb = []string{"restore", "--image-path", g.disk.Dir}
+		if s.d.restoreCheck {
+			verb = append([]string{"--" + restoreCheckFeature + "=ignore"}, verb...)
+		}
 	}
 	args := append(append(append(verb, flags...), extra...), "--bundle", s.dir, s.id)
 	cmd = s.d.wrapped(append(global, s.d.argv(args...)...))
