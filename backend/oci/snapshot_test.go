@@ -150,8 +150,8 @@ func TestGVisorCloneIsItsOwnAndCarriesNothing(t *testing.T) {
 // TestGVisorCloneEgressDenied is invariant 2 after restore: a clone has no
 // network but loopback, and a connection out fails exactly as it does from
 // a cold sandbox. 192.0.2.1 is TEST-NET-1; nothing leaves the Sentry.
-// runsc 0.0~20240729 answers EHOSTUNREACH, the pinned build (ADR 0023)
-// ENETUNREACH, as a container without routes does.
+// (runsc 0.0~20240729 answered EHOSTUNREACH; the pinned build of ADR 0023
+// answers ENETUNREACH, as a container without routes does.)
 func TestGVisorCloneEgressDenied(t *testing.T) {
 	b := snapBackend(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -166,10 +166,7 @@ func TestGVisorCloneEgressDenied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "lo\nnc: can't connect to remote host (192.0.2.1): Network is unreachable\nexit 1"
-	if runscBefore(b.driver.version, "20241021") {
-		want = "lo\nnc: can't connect to remote host (192.0.2.1): No route to host\nexit 1"
-	}
+	const want = "lo\nnc: can't connect to remote host (192.0.2.1): Network is unreachable\nexit 1"
 	for name, s := range map[string]sandbox.Sandbox{"cold": cold, "clone": snapshottest.Clone(t, b, sg)} {
 		if got := strings.TrimSpace(string(runScript(t, s, probe).Stdout)); got != want {
 			t.Errorf("%s sandbox: %q, want %q", name, got, want)
