@@ -55,7 +55,8 @@ var Builders = []string{"busybox", "base", "python"}
 
 // Build creates template name under dir: "busybox" (a static busybox, ~2 MB,
 // for fast tests), "base" (Debian bookworm minbase via debootstrap, ~200
-// MB) or "python" (base with python3, ~230 MB). Progress lines go to progress (nil: discarded).
+// MB) or "python" (base with python3, ~230 MB, whose warm-up imports
+// json, re and subprocess: see WarmupFile). Progress lines go to progress (nil: discarded).
 func Build(ctx context.Context, name, dir string, progress io.Writer) error {
 	if progress == nil {
 		progress = io.Discard
@@ -71,7 +72,15 @@ func Build(ctx context.Context, name, dir string, progress io.Writer) error {
 	default:
 		return fmt.Errorf("image: no builder for %q (have %s)", name, strings.Join(Builders, ", "))
 	}
-	return install(ctx, dir, name, func(root string) error { return fill(ctx, root, progress) })
+	return install(ctx, dir, name, func(root string) error {
+		if err := fill(ctx, root, progress); err != nil {
+			return err
+		}
+		if argv := builtinWarmups[name]; argv != nil {
+			return writeWarmup(filepath.Dir(root), argv)
+		}
+		return nil
+	})
 }
 
 // install runs fill on a fresh temporary root and renames it into place.
@@ -109,6 +118,7 @@ func install(ctx context.Context, dir, name string, fill func(root string) error
 	if err := recordDigest(tmp); err != nil {
 		return err
 	}
+
 	if err := ctx.Err(); err != nil {
 		return err
 	}

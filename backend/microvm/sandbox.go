@@ -42,6 +42,9 @@ type vmSandbox struct {
 	limit sandbox.Limits // the template's limits with defaults
 	warm  bool           // its VM runs and serves the control port (Config.Warm, or a clone)
 	root  string         // the root disk: the template's, or the image's own
+	// warmup is the template's declared warm-up command (image.Warmup),
+	// run after the no-op one in every warm VM before any tenant.
+	warmup []string
 
 	mu      sync.Mutex
 	st      state
@@ -94,6 +97,9 @@ func (b *Backend) prepare(ctx context.Context, p *probed, tmpl sandbox.Template,
 		return nil, err
 	}
 	s.root = root
+	if s.warmup, err = b.warmupFor(tmpl.Image); err != nil {
+		return nil, err
+	}
 	s.dir = filepath.Join(vmsDir(b.cfg.StateDir), "wovyr-vm-"+s.id)
 	cleanup := []func(){}
 	undo := func() {
@@ -263,6 +269,19 @@ const defaultImage = "default"
 // than the image's own.
 func (b *Backend) usesTemplate(name string) bool {
 	return name != "" && (name != defaultImage || b.disks.known(name))
+}
+
+// warmupFor is the warm-up command template name declares (image.Warmup);
+// the image's own root declares none.
+func (b *Backend) warmupFor(name string) ([]string, error) {
+	if !b.usesTemplate(name) {
+		return nil, nil
+	}
+	argv, err := image.Warmup(b.disks.templates, name)
+	if err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "the warm-up of template %s", name)
+	}
+	return argv, nil
 }
 
 // diskName is the template whose root disk name selects; empty: the

@@ -15,6 +15,7 @@ import (
 
 	"github.com/wovyr/wovyr/agent"
 	"github.com/wovyr/wovyr/cert"
+	"github.com/wovyr/wovyr/image"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/snapshot"
 )
@@ -69,11 +70,18 @@ func (b *Backend) snapshots() (*snapshot.Store, error) {
 }
 
 // goldenKey is tmpl's key on this node: the certification's key plus the
-// template's digest (image and shape, and whether VMs have a NIC).
+// template's digest (image and shape, its warm-up, and whether VMs have a
+// NIC). A warm-up that cannot be read keys nothing a capture could have
+// made: Prepare refuses the template.
 func (b *Backend) goldenKey(p *probed, tmpl sandbox.Template, root string) snapshot.Key {
 	l := tmpl.Limits.WithDefaults()
+	warm, err := b.warmupFor(tmpl.Image)
+	warmID := image.WarmupDigest(warm)
+	if err != nil {
+		warmID = "unreadable"
+	}
 	h := sha256.New()
-	fmt.Fprintln(h, p.image.Digest, root, l.Memory, l.Disk, b.cfg.VCPUs, b.cfg.GuestOverhead, b.cfg.Network != nil)
+	fmt.Fprintln(h, p.image.Digest, root, l.Memory, l.Disk, b.cfg.VCPUs, b.cfg.GuestOverhead, b.cfg.Network != nil, warmID)
 	return snapshot.Key{
 		Backend: b.Name(), Version: p.cap.Version, Kernel: cert.Kernel(),
 		ConfigHash: p.cap.ConfigHash, Template: hex.EncodeToString(h.Sum(nil))[:24],

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,5 +96,56 @@ func TestBaseTemplate(t *testing.T) {
 	want := string(version) + "-rwxr-xr-x\n0\n/workspace\n"
 	if string(res.Stdout) != want || string(res.Stderr) != "" || res.ExitCode != 0 {
 		t.Fatalf("exit %d stdout %q stderr %q (%s), want %q", res.ExitCode, res.Stdout, res.Stderr, res.Error, want)
+	}
+}
+
+// TestTemplateWarmupInVM is issue #17's template-declared warm-up on
+// microVM: a warm VM runs it before any tenant, whose job finds what it
+// left; a failing one fails the Prepare, naming it; and the golden key
+// follows it.
+func TestTemplateWarmupInVM(t *testing.T) {
+	b := backend(t)
+	templates := filepath.Join(t.TempDir(), "images")
+	makeTemplate(t, templates, "warm")
+	ctx := context.Background()
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(disksDir(b.cfg.StateDir), "warm")) })
+	vb := sibling(t, b, func(c *Config) { c.TemplatesDir, c.Warm = templates, true })
+	tmpl := sandbox.Template{Kind: sandbox.KindCommand, Image: "warm"}
+	p, err := vb.probed(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, root, err := vb.rootFor(ctx, p, "warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noWarmup := vb.goldenKey(p, tmpl, root)
+
+	if err := image.SetWarmup(templates, "warm", []string{"/bin/sh", "-c", "echo warmed > /tmp/warm-mark"}); err != nil {
+		t.Fatal(err)
+	}
+	if vb.goldenKey(p, tmpl, root) == noWarmup {
+		t.Error("the golden key does not follow the template's warm-up")
+	}
+	s, err := vb.Prepare(ctx, tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := inv("/bin/cat", "/tmp/warm-mark")
+	in.Workload.Image = "warm"
+	res, err := s.Run(ctx, in)
+	if err != nil || string(res.Stdout) != "warmed\n" || res.ExitCode != 0 {
+		t.Fatalf("run: %v %+v", err, res)
+	}
+	s.Destroy(ctx)
+	assertClean(t, b, vmName(s))
+
+	if err := image.SetWarmup(templates, "warm", []string{"/bin/sh", "-c", "echo broken >&2; exit 3"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = vb.Prepare(ctx, tmpl)
+	want := `template warm: warm-up ["/bin/sh" "-c" "echo broken >&2; exit 3"] exited 3: broken`
+	if sandbox.ClassOf(err) != sandbox.BackendFailure || !strings.Contains(err.Error(), want) {
+		t.Fatalf("prepare with a failing warm-up: %v, want a backend-failure saying %q", err, want)
 	}
 }

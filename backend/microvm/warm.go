@@ -82,12 +82,25 @@ func (s *vmSandbox) bootWarm(ctx context.Context, ram *os.File) error {
 // first job with limits for moving the agent into the job cgroup (hundreds
 // of ms under TCG, and again in every clone: the translation cache is the
 // VMM process's, not the guest's). It runs with the template's limits, as
-// a tenant's job would. Its outcome does not matter.
+// a tenant's job would. Its outcome does not matter. Then the template's
+// own warm-up, if it declares one, which must succeed: its page cache (an
+// interpreter's modules read in) is what every golden of it keeps.
 func (s *vmSandbox) warmUp(conn net.Conn, deadline time.Time) error {
 	var rep agent.VMReply
 	job := vmJob(&sandbox.Invocation{ID: "warmup", Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: []string{"true"}}}, s.limit)
 	if err := roundTrip(conn, deadline, job, &rep, 1<<20); err != nil {
 		return sandbox.Wrap(sandbox.BackendFailure, err, "warm VM %s failed its warm-up job", s.id)
+	}
+	if s.warmup == nil {
+		return nil
+	}
+	rep = agent.VMReply{}
+	job = vmJob(&sandbox.Invocation{ID: "warmup-template", Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: s.warmup}}, s.limit)
+	if err := roundTrip(conn, deadline, job, &rep, 1<<20); err != nil {
+		return sandbox.Wrap(sandbox.BackendFailure, err, "warm VM %s failed its template's warm-up", s.id)
+	}
+	if rep.ExitCode != 0 || rep.Error != "" {
+		return sandbox.Errorf(sandbox.BackendFailure, "", "template %s: warm-up %q exited %d: %s%s", s.tmpl.Image, s.warmup, rep.ExitCode, rep.Error, tail(rep.Stderr, 512))
 	}
 	return nil
 }

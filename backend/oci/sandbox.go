@@ -436,7 +436,9 @@ func (s *Sandbox) ready(ctx context.Context) error {
 
 // warmUp runs the template's shell once, before any tenant (Config.Pooled).
 // A template without /bin/sh still warms the exec path: the failed lookup
-// is not an error; a broken agent is.
+// is not an error; a broken agent is. Then the template's own warm-up, if
+// it declares one (image.Warmup), which must succeed: what it leaves (files
+// read into the Sentry's cache, say) is in every golden of the template.
 func (s *Sandbox) warmUp(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -446,6 +448,23 @@ func (s *Sandbox) warmUp(ctx context.Context) error {
 		return fmt.Errorf("agent did not answer: %w: %s", err, tail(s.stderr.Bytes(), 800))
 	}
 	s.b.cfg.Logger.Debug("warm-up", "backend", s.b.name, "id", s.id, "exit", rep.ExitCode, "err", rep.Error, "took", time.Since(start))
+	argv, err := image.Warmup(s.b.imagesDir(), s.image)
+	switch {
+	case errors.Is(err, image.ErrNotFound):
+		return nil // not a template of the store (the probe's empty root)
+	case err != nil:
+		return err
+	case argv == nil:
+		return nil
+	}
+	rep, err = s.client.Do(ctx, agent.Job{ID: "warm-up-template", Argv: argv, Env: []string{guestPATH},
+		Dir: workDir, Wall: 20 * time.Second, Output: 4096})
+	switch {
+	case err != nil:
+		return fmt.Errorf("template's warm-up: agent did not answer: %w: %s", err, tail(s.stderr.Bytes(), 800))
+	case rep.ExitCode != 0 || rep.Error != "":
+		return fmt.Errorf("template %s: warm-up %q exited %d: %s%s", s.image, argv, rep.ExitCode, rep.Error, tail(rep.Stderr, 512))
+	}
 	return nil
 }
 

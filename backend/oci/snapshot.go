@@ -88,9 +88,14 @@ func (b *Backend) snapshotting() bool {
 
 // goldenKey is tmpl's key on this node: the certification's key plus the
 // template's digest — its image directory (a rebuilt image is a new
-// directory), its shape, and the agent and wasm runner the Sentry holds.
+// directory), its warm-up, its shape, and the agent and wasm runner the
+// Sentry holds.
 func (b *Backend) goldenKey(d *driver, name string, tmpl sandbox.Template) (snapshot.Key, error) {
 	fi, err := os.Stat(image.RootFS(b.imagesDir(), name))
+	if err != nil {
+		return snapshot.Key{}, err
+	}
+	warm, err := image.Warmup(b.imagesDir(), name)
 	if err != nil {
 		return snapshot.Key{}, err
 	}
@@ -100,7 +105,7 @@ func (b *Backend) goldenKey(d *driver, name string, tmpl sandbox.Template) (snap
 	}
 	h := sha256.New()
 	fmt.Fprintln(h, goldenLayout, name, st.Dev, st.Ino, st.Ctim.Nano(), tmpl.Kind, tmpl.Limits.WithDefaults(),
-		filepath.Base(b.agent), filepath.Base(b.runner))
+		filepath.Base(b.agent), filepath.Base(b.runner), image.WarmupDigest(warm))
 	return snapshot.Key{
 		Backend: b.name, Version: d.version, Kernel: cert.Kernel(),
 		ConfigHash: b.configHash(d), Template: hex.EncodeToString(h.Sum(nil))[:24],

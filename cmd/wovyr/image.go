@@ -16,13 +16,15 @@ import (
 	"github.com/wovyr/wovyr/vmimage"
 )
 
-// imageMain is `wovyr image build NAME | import SRC NAME | list | rm NAME`:
-// root filesystem templates for the container, gvisor and microvm
-// backends, under <state>/images.
+// imageMain is `wovyr image build NAME | import SRC NAME | list | rm NAME
+// | warmup NAME [-- ARGV...]`: root filesystem templates for the container,
+// gvisor and microvm backends, under <state>/images. A template's warm-up
+// (image.WarmupFile) runs in each of its warm sandboxes before any tenant.
 func imageMain(ctx context.Context, g *globals, args []string) int {
 	fs := flag.NewFlagSet("image", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: wovyr image build NAME (%v or microvm) | import SRC NAME | list | rm NAME\n", image.Builders)
+		fmt.Fprintf(fs.Output(), "usage: wovyr image build NAME (%v or microvm) | import SRC NAME | list | rm NAME\n"+
+			"       wovyr image warmup NAME [-- ARGV...]   print, set (or with nothing after --, clear) the template's warm-up\n", image.Builders)
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -36,7 +38,7 @@ func imageMain(ctx context.Context, g *globals, args []string) int {
 		fs.Usage()
 		return exitUsage
 	}
-	if a[0] != "list" {
+	if a[0] != "list" && !(a[0] == "warmup" && len(a) == 2) {
 		// Templates are root-owned trees the root-run backends mount.
 		if code := refuseUnlessRoot("wovyr image " + a[0]); code != 0 {
 			return code
@@ -68,13 +70,20 @@ func imageMain(ctx context.Context, g *globals, args []string) int {
 		}
 	case a[0] == "rm" && len(a) == 2:
 		err = image.Remove(dir, a[1])
+	case a[0] == "warmup" && len(a) == 2:
+		var argv []string
+		if argv, err = image.Warmup(dir, a[1]); err == nil && argv != nil {
+			fmt.Printf("%q\n", argv)
+		}
+	case a[0] == "warmup" && len(a) >= 3 && a[2] == "--":
+		err = image.SetWarmup(dir, a[1], a[3:])
 	default:
 		fs.Usage()
 		return exitUsage
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "wovyr image:", err)
-		if errors.Is(err, image.ErrExists) {
+		if errors.Is(err, image.ErrExists) || errors.Is(err, image.ErrNotFound) || errors.Is(err, image.ErrBadWarmup) {
 			return exitBadInput
 		}
 		return exitBackendFailure

@@ -41,3 +41,33 @@ func TestImageBuildMicroVMTakesGuestFlag(t *testing.T) {
 		t.Fatalf("the initramfs does not hold the --guest binary (%d bytes)", len(marked))
 	}
 }
+
+// TestImageWarmup: `wovyr image warmup` prints, sets and clears a
+// template's warm-up; a missing template or a bad command is bad input
+// that changes nothing.
+func TestImageWarmup(t *testing.T) {
+	state := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(state, "images", "py", "rootfs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		args         []string
+		code         int
+		stdout, errs string
+	}{
+		{[]string{"py"}, 0, "", ""},
+		{[]string{"py", "--", "python3", "-c", "import json"}, 0, "", ""},
+		{[]string{"py"}, 0, "[\"python3\" \"-c\" \"import json\"]\n", ""},
+		{[]string{"nope", "--", "true"}, exitBadInput, "", "wovyr image: image: no such template: nope\n"},
+		{[]string{"py", "--", ""}, exitBadInput, "", "wovyr image: image: bad warm-up command: empty argv\n"},
+		{[]string{"py"}, 0, "[\"python3\" \"-c\" \"import json\"]\n", ""},
+		{[]string{"py", "--"}, 0, "", ""},
+		{[]string{"py"}, 0, "", ""},
+	}
+	for _, s := range steps {
+		o := wovyr(t, "", append([]string{"--state-dir", state, "image", "warmup"}, s.args...)...)
+		if o.code != s.code || o.stdout != s.stdout || o.stderr != s.errs {
+			t.Fatalf("image warmup %q: exit %d stdout %q stderr %q; want %d %q %q", s.args, o.code, o.stdout, o.stderr, s.code, s.stdout, s.errs)
+		}
+	}
+}
