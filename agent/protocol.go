@@ -47,6 +47,10 @@ type Job struct {
 	// from a checkpoint to replace itself with a fresh start of its own
 	// binary (Reexec); the new process answers it (Thawed).
 	Reexec bool `json:"reexec,omitempty"`
+	// Draw, on a job without Argv, asks for a draw of the agent's own
+	// PRNG (Reply.Draw): battery row 87 compares clones' draws, which a
+	// clone that skipped its Reexec shares with its golden's every clone.
+	Draw bool `json:"draw,omitempty"`
 }
 
 // Rlimit is one resource limit, by its Linux number (RLIMIT_NOFILE, …).
@@ -81,6 +85,8 @@ type Reply struct {
 	Error string `json:"error,omitempty"`
 	// Thawed is set on the answer to a Reexec job: the fresh agent's view.
 	Thawed *Thawed `json:"thawed,omitempty"`
+	// Draw answers a Draw job.
+	Draw uint64 `json:"draw,omitempty"`
 }
 
 // WriteFrame writes v as one frame: a 4-byte big-endian length, then JSON.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"sync"
 	"syscall"
 
@@ -31,6 +32,9 @@ func Serve(ctx context.Context, rw io.ReadWriter) error {
 			rep = Execute(ctx, job)
 		} else {
 			rep = Reply{ID: job.ID}
+			if job.Draw {
+				rep.Draw = rand.Uint64()
+			}
 		}
 		if err := WriteFrame(rw, rep); err != nil {
 			return err

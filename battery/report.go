@@ -93,6 +93,19 @@ within 50 ms: row 88), boot_id and machine-id (fresh per clone: row 87), the net
 identity (its own slot, address and MAC: row 89), writable disk blocks (a copy of the
 golden's scratch, which only the warm-up wrote: row 92), and RAM writes (private,
 copy-on-write over a golden sealed against writes).
+
+A gVisor clone (ADR 0020; opt-in, certified either way) shares the same by design — the
+Sentry's memory as the warm-up left it, the agent's process, the template's warm-up state
+— with a fresh scratch directory and root overlay of its own. It never shares anything of
+a tenant (rows 85, 86, 90), its boot_id and machine-id (fresh files per clone) or its
+agent's runtime and PRNG state (the agent re-executes itself before the first job: row
+87); its randomness and clock are the host's on every call, and it has no network but
+loopback.
+
+A wasm instance of a pre-initialised module (ADR 0019) shares what the module's init left
+in memory and globals — including anything init drew from random_get or a clock — and
+never anything of a tenant: init runs with no env, args, stdin or directory (rows 85, 86),
+and every instance's memory is a fresh copy-on-write image of the artifact.
 `
 
 func headers(recs []cert.Record) string {

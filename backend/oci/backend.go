@@ -38,6 +38,8 @@ type Backend struct {
 	goldMu  sync.Mutex
 	goldens map[string]*golden // by key ID (snapshot.go)
 
+	cloneBat cloneState // the snapshot rows' run (battery_clones.go)
+
 	placer *cpuPlacer     // pooled gVisor only: each sandbox's CPU (cpus.go)
 	ceil   rlimitCeilings // the agent's hard rlimits: what a claim may raise to (spec.go)
 }

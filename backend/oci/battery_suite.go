@@ -113,6 +113,11 @@ func Suite(b *Backend, image string) battery.Suite {
 		na[id] = noSnap
 	}
 	if b.gvisor {
+		probes = append(probes, cloneProbes(b)...) // battery_clones.go
+		for _, p := range cloneProbes(b) {
+			delete(na, p.ID)
+		}
+		maps.Copy(na, cloneNotApplicable)
 		gvisorControls(b, probes)
 	}
 	for i := range probes {

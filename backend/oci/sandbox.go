@@ -398,7 +398,8 @@ func (s *Sandbox) ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	job := agent.Job{ID: "ready"}
-	if s.boot.from != nil {
+	thaw := s.boot.from != nil && s.b.weak != NoReexec
+	if thaw {
 		job = agent.Job{ID: "thaw", Reexec: true}
 	}
 	sent := time.Now()
@@ -409,7 +410,7 @@ func (s *Sandbox) ready(ctx context.Context) error {
 	if rep.Error != "" {
 		return fmt.Errorf("agent: %s", rep.Error)
 	}
-	if s.boot.from != nil {
+	if thaw {
 		if err := s.checkThaw(rep.Thawed, sent, time.Now()); err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -83,7 +84,7 @@ func (b *Backend) snapshots() (*snapshot.Store, error) {
 
 // snapshotting reports whether b captures goldens at all.
 func (b *Backend) snapshotting() bool {
-	return b.gvisor && b.cfg.Pooled && b.cfg.Snapshots && b.weak == ""
+	return b.gvisor && b.cfg.Pooled && b.cfg.Snapshots && (b.weak == "" || slices.Contains(cloneWeaknesses, b.weak))
 }
 
 // goldenKey is tmpl's key on this node: the certification's key plus the
@@ -191,6 +192,9 @@ func (b *Backend) capture(ctx context.Context, d *driver, store *snapshot.Store,
 		return fail(err, "prepare")
 	}
 	defer s.Destroy(context.WithoutCancel(ctx))
+	if err := s.weakCapture(ctx); err != nil {
+		return fail(err, "the TenantGolden control's job")
+	}
 	if err := d.run(ctx, time.Minute, "checkpoint", "--compression=none", "--exclude-committed-zero-pages", "--image-path", build.Dir(), s.id); err != nil {
 		return fail(err, "checkpoint")
 	}

@@ -75,7 +75,7 @@ func New(cfg Config) (*Backend, error) {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "wasm: state dir")
 	}
 	b.pre = &preinits{
-		store: st, hash: cfg.preinitHash(), max: 4 * cfg.Modules, log: cfg.Logger,
+		store: st, hash: cfg.preinitHash(), max: 4 * cfg.Modules, log: cfg.Logger, tenantInit: cfg.weak.tenantInit,
 		bound:   initBounds{wall: cfg.InitWall, memory: cfg.InitMemory},
 		memo:    map[string]*resolved{},
 		loading: map[string]*resolving{},

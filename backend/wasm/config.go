@@ -88,6 +88,7 @@ type weakness struct {
 	noDiskQuota     bool   // a plain directory instead of a sized tmpfs
 	ignoreOutputCap bool   // keep MaxOutputBytes whatever the invocation asks
 	noFDBound       bool   // run directory-granted invocations in-process (no worker)
+	tenantInit      bool   // pre-initialise with the first invocation's environment
 }
 
 func (w weakness) any() bool { return w != weakness{} }

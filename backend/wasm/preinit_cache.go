@@ -33,7 +33,10 @@ type preinits struct {
 	hash  string // Key.ConfigHash: the backend's config and the init bounds
 	bound initBounds
 	max   int
-	log   *slog.Logger
+	// tenantInit is the WeakTenantInit control: init sees the first
+	// invocation's environment, so its artifact is a tenant's.
+	tenantInit bool
+	log        *slog.Logger
 
 	mu      sync.Mutex
 	memo    map[string]*resolved // by memoKey
@@ -77,7 +80,9 @@ func (p *preinits) keep(k snapshot.Key) bool {
 
 // resolve returns what runs for wasm (whose digest is moduleDigest) with the
 // init export named (empty: WizerInit where the module exports it).
-func (p *preinits) resolve(ctx context.Context, wasm []byte, moduleDigest, named string) (*resolved, error) {
+// env is the invocation's environment, which only the WeakTenantInit
+// control's init ever sees.
+func (p *preinits) resolve(ctx context.Context, wasm []byte, moduleDigest, named string, env []string) (*resolved, error) {
 	mk := memoKey(moduleDigest, named)
 	p.mu.Lock()
 	for {
@@ -104,7 +109,7 @@ func (p *preinits) resolve(ctx context.Context, wasm []byte, moduleDigest, named
 	p.loading[mk] = l
 	p.mu.Unlock()
 
-	l.r, l.err = p.load(ctx, wasm, moduleDigest, named)
+	l.r, l.err = p.load(ctx, wasm, moduleDigest, named, env)
 	p.mu.Lock()
 	delete(p.loading, mk)
 	if l.err == nil { // failures are not kept: a later try may pass (a timeout, say)
@@ -122,7 +127,7 @@ func (p *preinits) resolve(ctx context.Context, wasm []byte, moduleDigest, named
 
 // load decides whether the module is pre-initialised and, if so, finds its
 // artifact on disk or makes it.
-func (p *preinits) load(ctx context.Context, wasm []byte, moduleDigest, named string) (*resolved, error) {
+func (p *preinits) load(ctx context.Context, wasm []byte, moduleDigest, named string, env []string) (*resolved, error) {
 	init, err := initExportOf(wasm, named)
 	if err != nil || init == "" {
 		return &resolved{}, err
@@ -137,7 +142,11 @@ func (p *preinits) load(ctx context.Context, wasm []byte, moduleDigest, named st
 			return nil, err
 		}
 	}
-	out, err := preinitialise(ctx, wasm, init, p.bound)
+	bound := p.bound
+	if p.tenantInit {
+		bound.env = env
+	}
+	out, err := preinitialise(ctx, wasm, init, bound)
 	if err != nil {
 		return nil, err
 	}

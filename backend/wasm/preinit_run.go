@@ -23,6 +23,9 @@ import (
 type initBounds struct {
 	wall   time.Duration
 	memory int64
+	// env is the init's environment: none, but for the WeakTenantInit
+	// positive control, which hands it the first invocation's.
+	env []string
 }
 
 // preinitialise runs init in the module and returns the pre-initialised
@@ -57,7 +60,16 @@ func preinitialise(ctx context.Context, wasm []byte, init string, bound initBoun
 	}
 	store := wasmtime.NewStore(engine)
 	defer store.Close()
-	store.SetWasi(wasmtime.NewWasiConfig())
+	wasi := wasmtime.NewWasiConfig()
+	if len(bound.env) > 0 {
+		var keys, vals []string
+		for _, kv := range bound.env {
+			k, v, _ := strings.Cut(kv, "=")
+			keys, vals = append(keys, k), append(vals, v)
+		}
+		wasi.SetEnv(keys, vals)
+	}
+	store.SetWasi(wasi)
 	store.Limiter(bound.memory, -1, -1, -1, -1)
 	store.SetEpochDeadline(1)
 	timer := time.AfterFunc(bound.wall, engine.IncrementEpoch)

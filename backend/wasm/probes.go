@@ -36,13 +36,14 @@ type Probe struct {
 	run      func(ctx context.Context, e *probeEnv) (tried, observed string, pass bool)
 }
 
-// Probes lists the W probes: 6, 14, 44, 48, 51–55, 57, 58 and 61–69.
+// Probes lists the W probes: 6, 14, 44, 48, 51–55, 57, 58, 61–69, 85 and 86.
 func Probes() []Probe {
 	return []Probe{
 		probeRiskyConfig, probeLinksCollect, probeInfoLeaks, probeSharedStorage,
 		probeMemory, probeDisk, probeInodes, probeFDs, probeSpin, probeThreadsStacks, probeOutputFlood,
 		probeTraversal, probeSymlinks, probeSwapRace, probeRights, probeFDTricks,
 		probeAmbient, probeStackOverflow, probeCompileBomb, probeHostCalls,
+		probePreinitResidue, probePreinitArtifacts,
 	}
 }
 

@@ -83,7 +83,7 @@ func (b *Backend) run(ctx context.Context, inv *sandbox.Invocation, o runOpts) (
 	}
 	lim := inv.Limits.WithDefaults()
 	module, d := w.Module, digest(w.Module)
-	r, err := b.pre.resolve(ctx, module, d, w.Init)
+	r, err := b.pre.resolve(ctx, module, d, w.Init, w.Env)
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ const (
 	WeakBigStack        battery.Weakness = "big-wasm-stack"    // wasm stack above the certified budget
 	WeakNoModuleBound   battery.Weakness = "no-module-bound"   // no module size bound
 	WeakNoFDBound       battery.Weakness = "no-fd-bound"       // directory grants run in-process, unbounded
+	WeakTenantInit      battery.Weakness = "tenant-preinit"    // init runs with the first invocation's env
 	// WeakProbeSelf marks probes with no configuration knob to weaken
 	// (69): the probe weakens its own attempt instead.
 	WeakProbeSelf battery.Weakness = "probe-self-control"
@@ -36,6 +37,7 @@ var weaknesses = map[battery.Weakness]func(*Config){
 	WeakBigStack:          func(c *Config) { c.Engine.MaxWasmStack = 4 * certifiedStack },
 	WeakNoModuleBound:     func(c *Config) { c.MaxModuleBytes = 1 << 30 },
 	WeakNoFDBound:         func(c *Config) { c.weak.noFDBound = true },
+	WeakTenantInit:        func(c *Config) { c.weak.tenantInit = true },
 	WeakProbeSelf:         func(c *Config) { c.weak.probeSelf = true },
 	battery.NoMemoryLimit: func(c *Config) { c.weak.noMemoryLimit = true },
 	battery.NoDiskQuota:   func(c *Config) { c.weak.noDiskQuota = true },
@@ -104,11 +106,13 @@ func Suite(b *Backend) battery.Suite {
 
 func notApplicable() map[int]string {
 	const noSockets = "no sockets: the guest has no socket API beyond sock_* on preopened sockets, none is ever preopened (probe 66 checks every fd), and any non-empty allowlist is refused as policy-unenforceable"
-	const noSnapshots = "the wasm backend has no snapshot/restore yet; every invocation is a fresh instance from the pool (TestFreshInstancePerInvocation)"
+	const rng = "random_get and the clocks reach the host's on every call (Wasmtime's WASI): an instance has no kernel, runtime or RNG state of its own to carry; what a module's init drew is in its pre-initialised artifact and shared by every instance by design (ADR 0019), which no configuration can change, so no control could flag"
+	const baseline = "an instance has no process, and its descriptor table is built per invocation from its grants alone (probe 66 checks every fd); a pre-initialised artifact holds memory and globals, nothing else"
+	const creds = "no credential enters a wasm instance: no socket is preopened and allowlists are refused, and a module's init runs with no env, args, stdin or directory (row 85 checks that an artifact holds nothing of a tenant's)"
 	m := map[int]string{
 		15: "no race window: the host reads the workspace (Collect) only after the guest has ended, never while it runs; link-following at collect is probe 14",
 		47: noSockets, 59: noSockets, 84: noSockets,
-		85: noSnapshots, 86: noSnapshots, 87: noSnapshots, 90: noSnapshots, 91: noSnapshots,
+		87: rng, 90: baseline, 91: creds,
 	}
 	for id := 70; id <= 81; id++ {
 		m[id] = noSockets
