@@ -47,9 +47,10 @@ type Job struct {
 	// from a checkpoint to replace itself with a fresh start of its own
 	// binary (Reexec); the new process answers it (Thawed).
 	Reexec bool `json:"reexec,omitempty"`
-	// Draw, on a job without Argv, asks for a draw of the agent's own
-	// PRNG (Reply.Draw): battery row 87 compares clones' draws, which a
-	// clone that skipped its Reexec shares with its golden's every clone.
+	// Draw, on a job without Argv, asks for the draw the agent made from
+	// its PRNG when it began serving (Reply.Draw): state seeded before a
+	// checkpoint, which every clone of a golden that skipped its Reexec
+	// shares (battery row 87 compares clones').
 	Draw bool `json:"draw,omitempty"`
 }
 

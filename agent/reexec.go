@@ -39,7 +39,14 @@ type Thawed struct {
 // answers job id. It returns only if the exec failed.
 func reexec(id string) error {
 	argv := []string{os.Args[0], os.Args[1], "--" + ThawedFlag + "=" + id}
-	err := unix.Exec("/proc/self/exe", argv, os.Environ())
+	// By its own path where it can be read, so that the new process's
+	// name (comm) is the golden's agent's, not "exe": a clone's process
+	// set is the golden's (battery row 90).
+	path, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		path = "/proc/self/exe"
+	}
+	err = unix.Exec(path, argv, os.Environ())
 	return fmt.Errorf("agent: re-exec after restore: %w", err)
 }
 

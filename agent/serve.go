@@ -15,6 +15,7 @@ import (
 // Serve runs jobs read from rw one at a time until the stream ends, ctx is
 // done, or a job asks for Shutdown. It returns nil on a clean end of stream.
 func Serve(ctx context.Context, rw io.ReadWriter) error {
+	born := rand.Uint64() // a Draw job's answer: state seeded before any checkpoint
 	for {
 		var job Job
 		if err := ReadFrame(rw, &job); err != nil {
@@ -33,7 +34,7 @@ func Serve(ctx context.Context, rw io.ReadWriter) error {
 		} else {
 			rep = Reply{ID: job.ID}
 			if job.Draw {
-				rep.Draw = rand.Uint64()
+				rep.Draw = born
 			}
 		}
 		if err := WriteFrame(rw, rep); err != nil {

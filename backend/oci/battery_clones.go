@@ -42,10 +42,9 @@ var cloneWeaknesses = []battery.Weakness{TenantGolden, NoReexec}
 // the sandbox's processes but its own shell, and the agent's (pid 1's)
 // descriptors. The canary pattern is assembled at run time in a file
 // outside the scanned places, so no argv holds it.
-const cloneScan = `printf '%s\n' "WOVYR-CAN""ARY-" > /run/wovyr-scan 2>/dev/null || printf '%s\n' "WOVYR-CAN""ARY-" > /.wovyr-scan
-pat=/run/wovyr-scan; [ -f $pat ] || pat=/.wovyr-scan
-r=$( { grep -rl -f $pat /workspace /tmp /dev/shm /etc 2>/dev/null; grep -l -f $pat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null; } | tr '\n' ' '); echo "residue:$r"
-cat /proc/sys/kernel/random/boot_id /etc/machine-id
+const cloneScan = `mkdir -p /run; printf '%s\n' "WOVYR-CAN""ARY-" > /run/wovyr-scan
+r=$( { grep -rl -f /run/wovyr-scan /workspace /tmp /dev/shm /etc 2>/dev/null; grep -l -f /run/wovyr-scan /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null; } | tr '\n' ' '); echo "residue:$r"
+for f in /proc/sys/kernel/random/boot_id /etc/machine-id; do cat $f 2>/dev/null || echo "no $f"; done
 head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; echo
 l=; for p in /proc/[0-9]*; do [ "${p#/proc/}" = "$$" ] && continue; read c < $p/comm && l="$l $c"; done; echo $l | tr ' ' '\n' | sort | tr '\n' ' '; echo
 ls /proc/1/fd | wc -l`
