@@ -40,9 +40,11 @@ test: deps build
 	$(GO) test -count=1 -race -timeout 20m ./manager/... ./store/... ./agent/... ./pool/... ./autoscale/... ./sched/... ./snapshot/...
 
 # Long runs kept out of `make test`, which runs a short pass of each:
-# 100 microVM clones of one golden, every reading distinct (BATTERY 87).
+# 100 microVM and 100 gVisor clones of one golden each, every reading
+# distinct (BATTERY 87).
 soak: deps build
 	WOVYR_SOAK_CLONES=100 $(GO) test -count=1 -timeout 30m -run TestClonesAreUnique -v ./backend/microvm/
+	WOVYR_SOAK_CLONES=100 $(GO) test -count=1 -timeout 30m -run TestGVisorClonesAreUnique -v ./backend/oci/
 
 bench: build
 	$(WOVYR) bench
