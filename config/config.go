@@ -76,6 +76,8 @@ type Config struct {
 	// egress). Off, every sandbox has no network at all and allowlists are
 	// refused as unenforceable.
 	Egress Egress `json:"egress,omitzero"`
+	// Snapshots turns on golden snapshots where they are opt-in.
+	Snapshots Snapshots `json:"snapshots,omitzero"`
 	// Tenants are the callers. Empty is allowed only for Default, which the
 	// serve command completes with a bootstrap tenant.
 	Tenants []Tenant `json:"tenants"`
@@ -92,6 +94,17 @@ type Egress struct {
 	// ResolvConf names the host resolvers allowed names are looked up
 	// with. Zero means /etc/resolv.conf.
 	ResolvConf string `json:"resolv_conf,omitempty"`
+}
+
+// Snapshots says which backends' pools fill with clones of golden
+// snapshots where that is not the default. microVM pools always do (ADR
+// 0018); wasm pre-initialises every module that exports an init (ADR
+// 0019).
+type Snapshots struct {
+	// GVisor fills gVisor pools with clones restored from golden
+	// snapshots (ADR 0020). Off by default: on the machines measured a
+	// clone costs more than the cold prepare it replaces.
+	GVisor bool `json:"gvisor,omitempty"`
 }
 
 // Pool sizes the warm pools of one backend and/or template ("" matches any).

@@ -63,3 +63,16 @@ func TestWithTenantDoesNotAlias(t *testing.T) {
 		t.Fatalf("copies share state: base %v c1 %v", base.Tenants, c1.Tenants)
 	}
 }
+
+func TestParseSnapshots(t *testing.T) {
+	c, err := Parse(strings.NewReader(`{"snapshots":{"gvisor":true},"tenants":[]}`))
+	if err != nil || !c.Snapshots.GVisor {
+		t.Fatalf("snapshots.gvisor: %+v %v", c.Snapshots, err)
+	}
+	if c, err := Parse(strings.NewReader(`{"tenants":[]}`)); err != nil || c.Snapshots.GVisor {
+		t.Fatalf("default: %+v %v", c.Snapshots, err)
+	}
+	if _, err := Parse(strings.NewReader(`{"snapshots":{"gvisr":true},"tenants":[]}`)); err == nil {
+		t.Fatal("an unknown snapshots key was accepted")
+	}
+}

@@ -97,7 +97,7 @@ func (b *Backend) snapshotSibling() *Backend {
 
 func (b *Backend) runClones(ctx context.Context, img string, r *cloneRun) error {
 	sib := b.snapshotSibling()
-	defer sib.dropGoldens()
+	defer sib.RemoveGoldens()
 	tmpl := sandbox.Template{Kind: sandbox.KindCommand, Image: img}
 	scan := func(s sandbox.Sandbox, id string) ([]string, error) {
 		res, err := s.Run(ctx, &sandbox.Invocation{ID: id, Tenant: "wovyr-battery-b", Policy: sandbox.Policy{Trust: sandbox.Untrusted},
@@ -150,7 +150,7 @@ func (b *Backend) runClones(ctx context.Context, img string, r *cloneRun) error 
 		}
 	}
 	r.artifacts = goldenArtifacts(g.disk.Dir, r.canary)
-	sib.dropGoldens()
+	sib.RemoveGoldens()
 	if _, err := os.Stat(g.disk.Dir); !os.IsNotExist(err) {
 		r.artifacts = append(r.artifacts, "the golden's directory outlived its invalidation")
 	}
@@ -193,8 +193,9 @@ func goldenArtifacts(dir, canary string) []string {
 	return bad
 }
 
-// dropGoldens forgets b's goldens and removes them from the store.
-func (b *Backend) dropGoldens() {
+// RemoveGoldens forgets b's goldens and removes them from the store: the
+// battery's, and `wovyr bench --clones`'s, which no pool of the node uses.
+func (b *Backend) RemoveGoldens() {
 	b.goldMu.Lock()
 	defer b.goldMu.Unlock()
 	store, err := b.snapshots()

@@ -22,7 +22,7 @@ func benchMain(ctx context.Context, g *globals, args []string) int {
 	rate := fs.Float64("rate", 0, "with --http: then send this many requests per second to each backend")
 	dur := fs.Duration("duration", 60*time.Second, "with --http --rate: for this long per backend")
 	only := fs.String("backend", "", "with --http: this backend only")
-	clones := fs.Bool("clones", false, "measure a microVM clone restored from the template's golden snapshot against a cold one-shot VM (-n default 5)")
+	clones := fs.Bool("clones", false, "measure microVM and gVisor clones restored from the template's golden snapshot (and a gVisor warm pool's claim) against cold one-shot sandboxes (-n default 5)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}

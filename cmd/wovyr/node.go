@@ -73,6 +73,9 @@ type nodeOptions struct {
 	// runs both), and container and gVisor Prepare run a warm-up exec
 	// (oci.Config.Pooled).
 	pooled bool
+	// gvisorSnapshots fills the gVisor pools with clones of golden
+	// snapshots (config.Snapshots.GVisor, ADR 0020).
+	gvisorSnapshots bool
 }
 
 // newNode constructs every backend, without a manager. Without root it
@@ -109,11 +112,12 @@ func newNode(g *globals, log *slog.Logger, o nodeOptions) (*node, error) {
 	}
 	n.backends = []sandbox.Backend{n.native, n.wasm}
 	ocfg := oci.Config{StateDir: g.stateDir, Agent: g.guest, Logger: n.log, Network: network, WasmRunner: wasmRunner(), Pooled: o.pooled}
-	ccfg := ocfg
+	ccfg, gcfg := ocfg, ocfg
 	ccfg.Runtime = g.containerRuntime
+	gcfg.Snapshots = o.gvisorSnapshots
 	for _, mk := range []func() (*oci.Backend, error){
 		func() (*oci.Backend, error) { return oci.NewContainer(ccfg) },
-		func() (*oci.Backend, error) { return oci.NewGVisor(ocfg) },
+		func() (*oci.Backend, error) { return oci.NewGVisor(gcfg) },
 	} {
 		b, err := mk()
 		if sandbox.ClassOf(err) == sandbox.BadInput {

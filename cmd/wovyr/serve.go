@@ -90,7 +90,7 @@ func (c *serveCmd) run(ctx context.Context, g *globals) error {
 	if network != nil {
 		defer network.Close(context.WithoutCancel(ctx))
 	}
-	n, err := newNode(g, log, nodeOptions{network: network, pooled: true})
+	n, err := newNode(g, log, nodeOptions{network: network, pooled: true, gvisorSnapshots: cfg.Snapshots.GVisor})
 	if err != nil {
 		return err
 	}
