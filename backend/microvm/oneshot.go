@@ -189,6 +189,9 @@ func fillResult(res *sandbox.Result, rep agent.VMReply, jobID string, l sandbox.
 		// Could not start (e.g. command not found): report it as a shell
 		// would, and as every other backend does (sandbox.NotStarted).
 		res.Stderr = append(res.Stderr, sandbox.NotStartedLine(rep.Error)...)
+		if int64(len(res.Stderr)) > l.Output { // the line is the guest's words: the cap holds for it too
+			res.Stderr, res.StderrTruncated = res.Stderr[:l.Output], true
+		}
 	}
 	return nil
 }
