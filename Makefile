@@ -8,7 +8,7 @@ GO      ?= go
 STATE   ?= /var/lib/wovyr
 WOVYR   := bin/wovyr --state-dir $(STATE) --guest $(CURDIR)/bin/wovyr-guest
 
-.PHONY: all build deps demo test test-race bench soak clean
+.PHONY: all build deps demo test test-race bench soak fuzz clean
 
 all: build
 
@@ -38,6 +38,7 @@ test: deps build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 60m ./...
 	$(GO) test -count=1 -race -timeout 20m ./manager/... ./store/... ./agent/... ./pool/... ./autoscale/... ./sched/... ./snapshot/...
+	scripts/fuzz 3s
 
 # Long runs kept out of `make test`, which runs a short pass of each:
 # 100 microVM and 100 gVisor clones of one golden each, every reading
@@ -45,6 +46,12 @@ test: deps build
 soak: deps build
 	WOVYR_SOAK_CLONES=100 $(GO) test -count=1 -timeout 30m -run TestClonesAreUnique -v ./backend/microvm/
 	WOVYR_SOAK_CLONES=100 $(GO) test -count=1 -timeout 30m -run TestGVisorClonesAreUnique -v ./backend/oci/
+
+# Every fuzz target (scripts/fuzz lists them) for FUZZTIME each; make test
+# runs the same for 3s each, so the targets stay alive.
+FUZZTIME ?= 30s
+fuzz:
+	scripts/fuzz $(FUZZTIME)
 
 bench: build
 	$(WOVYR) bench

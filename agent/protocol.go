@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,11 @@ import (
 // MaxFrame bounds one frame: a job carries at most stdin and files (bounded
 // by package sandbox), a reply at most two capped streams.
 const MaxFrame = 160 << 20
+
+// frameChunk is what ReadFrame reserves before a frame's bytes arrive. A
+// frame's length is the peer's claim (a sandbox's agent, a guest), so memory
+// grows with the bytes the peer actually sends, never with the claim alone.
+const frameChunk = 64 << 10
 
 // ErrFrameTooLarge is returned for a frame over MaxFrame; the stream is then
 // unusable and must be closed.
@@ -106,7 +112,8 @@ func WriteFrame(w io.Writer, v any) error {
 	return err
 }
 
-// ReadFrame reads one frame into v.
+// ReadFrame reads one frame into v. It reads exactly the frame's bytes, and
+// holds memory for no more of them than have arrived.
 func ReadFrame(r io.Reader, v any) error {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -116,11 +123,15 @@ func ReadFrame(r io.Reader, v any) error {
 	if n > MaxFrame {
 		return ErrFrameTooLarge
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
+	var buf bytes.Buffer
+	buf.Grow(int(min(n, frameChunk)))
+	if _, err := io.CopyN(&buf, r, int64(n)); err != nil {
+		if errors.Is(err, io.EOF) { // a header without its body is not a clean end
+			err = io.ErrUnexpectedEOF
+		}
 		return fmt.Errorf("agent: short frame: %w", err)
 	}
-	if err := json.Unmarshal(b, v); err != nil {
+	if err := json.Unmarshal(buf.Bytes(), v); err != nil {
 		return fmt.Errorf("agent: decode frame: %w", err)
 	}
 	return nil

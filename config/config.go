@@ -274,11 +274,21 @@ func Load(path string) (Config, error) {
 	return c, nil
 }
 
-// Parse reads a JSON configuration strictly and returns it with defaults.
+// MaxFileBytes bounds a configuration file.
+const MaxFileBytes = 16 << 20
+
+// Parse reads a JSON configuration strictly and returns it with defaults:
+// one JSON object, nothing after it, at most MaxFileBytes.
 func Parse(r io.Reader) (Config, error) {
-	data, err := io.ReadAll(io.LimitReader(r, 16<<20))
+	data, err := io.ReadAll(io.LimitReader(r, MaxFileBytes+1))
 	if err != nil {
 		return Config{}, err
+	}
+	if len(data) > MaxFileBytes {
+		return Config{}, sandbox.Errorf(sandbox.BadInput, "", "the file exceeds %d bytes", MaxFileBytes)
+	}
+	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return Config{}, sandbox.Errorf(sandbox.BadInput, "", "want one JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -286,7 +296,8 @@ func Parse(r io.Reader) (Config, error) {
 	if err := dec.Decode(&c); err != nil {
 		return Config{}, sandbox.Wrap(sandbox.BadInput, err, "parse")
 	}
-	if dec.More() {
+	// Decode, not More: More calls a stray "}" or "]" the end.
+	if dec.Decode(new(json.RawMessage)) != io.EOF {
 		return Config{}, sandbox.Errorf(sandbox.BadInput, "", "trailing data after the JSON object")
 	}
 	return c.WithDefaults()

@@ -25,6 +25,17 @@ const (
 	maxImportUID   = 65535 // ids above a sandbox's range become nobody
 )
 
+// ErrRejected wraps the refusal of a layer for what it holds: bytes that are
+// not a tar archive, a path go-containerregistry refuses, a file over the
+// bounds. Errors of the filesystem under the template (an entry that would
+// resolve outside it, a file where a directory must go) are *fs.PathError
+// or *os.LinkError.
+var ErrRejected = errors.New("image: layer rejected")
+
+// bounds caps the bytes extract writes, per file and in all. Import uses
+// MaxImportFile and MaxImportTotal; tests pass smaller ones.
+type bounds struct{ file, total int64 }
+
 // Import creates template name under dir from src: an OCI image layout
 // directory (its first linux/amd64 image, or its only one) or a `docker
 // save` tarball. Layers are flattened by go-containerregistry; each entry is
@@ -38,7 +49,7 @@ func Import(ctx context.Context, src, name, dir string) error {
 	if err != nil {
 		return err
 	}
-	return install(ctx, dir, name, func(root string) error { return extract(ctx, img, root) })
+	return install(ctx, dir, name, func(root string) error { return extract(ctx, img, root, bounds{MaxImportFile, MaxImportTotal}) })
 }
 
 func openImage(src string) (v1.Image, error) {
@@ -84,7 +95,7 @@ func openImage(src string) (v1.Image, error) {
 }
 
 // extract writes the flattened filesystem of img under rootDir.
-func extract(ctx context.Context, img v1.Image, rootDir string) error {
+func extract(ctx context.Context, img v1.Image, rootDir string, lim bounds) error {
 	root, err := os.OpenRoot(rootDir)
 	if err != nil {
 		return err
@@ -103,12 +114,12 @@ func extract(ctx context.Context, img v1.Image, rootDir string) error {
 			// Extract ends the archive cleanly even when it stopped on a
 			// bad layer (e.g. a path traversal); its error comes after.
 			if _, err := io.Copy(io.Discard, rc); err != nil {
-				return fmt.Errorf("image: layer rejected: %w", err)
+				return fmt.Errorf("%w: %w", ErrRejected, err)
 			}
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("image: read layers: %w", err)
+			return fmt.Errorf("%w: read layers: %w", ErrRejected, err)
 		}
 		name, ok := cleanEntry(h.Name)
 		if !ok {
@@ -129,8 +140,8 @@ func extract(ctx context.Context, img v1.Image, rootDir string) error {
 				return fmt.Errorf("image: %s: %w", name, err)
 			}
 		case tar.TypeReg:
-			if h.Size > MaxImportFile || total+h.Size > MaxImportTotal {
-				return fmt.Errorf("image: %s: file of %d bytes exceeds the import bounds", name, h.Size)
+			if h.Size > lim.file || total+h.Size > lim.total {
+				return fmt.Errorf("%w: %s: file of %d bytes exceeds the import bounds", ErrRejected, name, h.Size)
 			}
 			total += h.Size
 			_ = root.Remove(name)
@@ -138,7 +149,7 @@ func extract(ctx context.Context, img v1.Image, rootDir string) error {
 			if err != nil {
 				return fmt.Errorf("image: %s: %w", name, err)
 			}
-			_, err = io.Copy(f, io.LimitReader(tr, h.Size))
+			_, err = io.Copy(f, rejecting{io.LimitReader(tr, h.Size)})
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}
@@ -172,6 +183,18 @@ func extract(ctx context.Context, img v1.Image, rootDir string) error {
 			return fmt.Errorf("image: %s: %w", name, err)
 		}
 	}
+}
+
+// rejecting marks the layer's read errors (a torn entry) ErrRejected, so
+// they read apart from the write errors of the template's filesystem.
+type rejecting struct{ r io.Reader }
+
+func (r rejecting) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("%w: %w", ErrRejected, err)
+	}
+	return n, err
 }
 
 // cleanEntry makes a layer path relative to the root; ok is false for the

@@ -54,6 +54,18 @@ func NotStarted(res *Result, why string) {
 // NotStartedLine is the stderr line NotStarted adds.
 func NotStartedLine(why string) []byte { return []byte("wovyr: " + why + "\n") }
 
+// AppendNotStarted appends NotStartedLine(why) to stderr, cut at limit
+// bytes in all; cut reports whether it was. A reason that comes from inside
+// a sandbox (its agent, a guest) is the sandbox's words, so the output cap
+// holds for it as for the workload's own.
+func AppendNotStarted(stderr []byte, why string, limit int64) (out []byte, cut bool) {
+	out = append(stderr, NotStartedLine(why)...)
+	if int64(len(out)) > limit {
+		return out[:max(limit, 0)], true
+	}
+	return out, false
+}
+
 // Usage is what the workload consumed.
 type Usage struct {
 	Wall       time.Duration `json:"wall"`

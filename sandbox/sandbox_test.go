@@ -195,3 +195,24 @@ func TestValidTenantIsTheRegexp(t *testing.T) {
 		}
 	}
 }
+
+// Regression for the fuzzing pass of issue #24 (FuzzResultDisk): a
+// sandbox's "could not start" reason went onto stderr past the output cap.
+func TestAppendNotStartedKeepsTheCap(t *testing.T) {
+	for _, tc := range []struct {
+		stderr string
+		limit  int64
+		want   string
+		cut    bool
+	}{
+		{"", 100, "wovyr: nope\n", false},
+		{"ab", 14, "abwovyr: nope\n", false},
+		{"ab", 9, "abwovyr: ", true},
+		{"", 0, "", true},
+	} {
+		out, cut := AppendNotStarted([]byte(tc.stderr), "nope", tc.limit)
+		if string(out) != tc.want || cut != tc.cut {
+			t.Errorf("AppendNotStarted(%q, 'nope', %d) = %q, %t; want %q, %t", tc.stderr, tc.limit, out, cut, tc.want, tc.cut)
+		}
+	}
+}

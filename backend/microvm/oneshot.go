@@ -188,7 +188,9 @@ func fillResult(res *sandbox.Result, rep agent.VMReply, jobID string, l sandbox.
 	case rep.Error != "":
 		// Could not start (e.g. command not found): report it as a shell
 		// would, and as every other backend does (sandbox.NotStarted).
-		res.Stderr = append(res.Stderr, sandbox.NotStartedLine(rep.Error)...)
+		var cut bool
+		res.Stderr, cut = sandbox.AppendNotStarted(res.Stderr, rep.Error, l.Output)
+		res.StderrTruncated = res.StderrTruncated || cut
 	}
 	return nil
 }

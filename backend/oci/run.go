@@ -158,7 +158,9 @@ func (s *Sandbox) runJob(ctx context.Context, inv *sandbox.Invocation, lim sandb
 	res.StdoutTruncated, res.StderrTruncated = rep.StdoutTruncated, rep.StderrTruncated
 	if rep.Error != "" && res.Class == sandbox.OK {
 		// Could not start (e.g. command not found): report it as a shell would.
-		res.Stderr = append(res.Stderr, []byte(notStarted(rep.Error))...)
+		var cut bool
+		res.Stderr, cut = sandbox.AppendNotStarted(res.Stderr, rep.Error, lim.Output)
+		res.StderrTruncated = res.StderrTruncated || cut
 	}
 	s.afterJob(ctx)
 	return false, nil
