@@ -1,18 +1,36 @@
 package agent
 
 import (
+	"os"
+	"os/exec"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
+// threadsChild marks the fresh process TestReserveThreadsCoversBlockingCalls
+// runs its check in.
+const threadsChild = "WOVYR_TEST_THREADS_CHILD"
+
 // TestReserveThreadsCoversBlockingCalls: after ReserveThreads, goroutines
 // blocked in system calls — a job's poll loop, reaper and stdin writer, and
 // more — are carried by the idle threads: the runtime starts none, so an
 // agent whose job holds the whole process budget never needs clone. Without
 // the reservation each blocked call costs a new thread.
+//
+// It runs in a fresh process of its own, as the agent does: in the test
+// binary, goroutines other tests left blocked may hold the idle threads
+// (seen once, a thread more under a loaded machine).
 func TestReserveThreadsCoversBlockingCalls(t *testing.T) {
+	if os.Getenv(threadsChild) == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestReserveThreadsCoversBlockingCalls$", "-test.count=1")
+		cmd.Env = append(os.Environ(), threadsChild+"=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		return
+	}
 	ReserveThreads()
 	before, err := threadCount()
 	if err != nil {

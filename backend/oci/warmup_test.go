@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/wovyr/wovyr/agent"
 	"github.com/wovyr/wovyr/image"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -121,5 +122,20 @@ func TestGoldenKeyCoversWarmup(t *testing.T) {
 	}
 	if keys[0] == keys[1] || keys[1] == keys[2] || keys[0] == keys[2] {
 		t.Fatalf("golden keys %q do not follow the warm-up", keys)
+	}
+}
+
+// TestCheckOutputHoldsTheAgentToTheCap: a reply with more output than the
+// job's cap (an agent the tenant's code tampered with) is a backend
+// failure, whatever the stream.
+func TestCheckOutputHoldsTheAgentToTheCap(t *testing.T) {
+	for _, tc := range []struct {
+		out, errs int
+		ok        bool
+	}{{64, 64, true}, {0, 0, true}, {65, 0, false}, {0, 65, false}} {
+		err := checkOutput(agent.Reply{Stdout: make([]byte, tc.out), Stderr: make([]byte, tc.errs)}, 64)
+		if (err == nil) != tc.ok || (err != nil && sandbox.ClassOf(err) != sandbox.BackendFailure) {
+			t.Errorf("%d/%d bytes under a 64-byte cap: %v", tc.out, tc.errs, err)
+		}
 	}
 }
