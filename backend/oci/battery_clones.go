@@ -1,20 +1,18 @@
 package oci
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/wovyr/wovyr/agent"
 	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/snapshot"
 )
 
 // The snapshot rows (BATTERY 85–91) on gVisor. gVisor snapshots are
@@ -149,7 +147,7 @@ func (b *Backend) runClones(ctx context.Context, img string, r *cloneRun) error 
 			return err
 		}
 	}
-	r.artifacts = goldenArtifacts(g.disk.Dir, r.canary)
+	r.artifacts = snapshot.Audit(g.disk.Dir, []byte("WOVYR-CANARY-"))
 	sib.RemoveGoldens()
 	if _, err := os.Stat(g.disk.Dir); !os.IsNotExist(err) {
 		r.artifacts = append(r.artifacts, "the golden's directory outlived its invalidation")
@@ -161,36 +159,6 @@ func canaryInvocation(canary string) *sandbox.Invocation {
 	return &sandbox.Invocation{ID: "tenant-a", Tenant: "wovyr-battery-a", Policy: sandbox.Policy{Trust: sandbox.Untrusted},
 		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Env: []string{"C=" + canary}, Argv: []string{"/bin/sh", "-c", canaryScript}},
 		Limits:   sandbox.Limits{Wall: time.Minute}}
-}
-
-// goldenArtifacts checks a golden's directory: root's alone (0700, files
-// 0600) and free of any battery canary.
-func goldenArtifacts(dir, canary string) []string {
-	var bad []string
-	check := func(p string, want os.FileMode) {
-		fi, err := os.Lstat(p)
-		if err != nil {
-			bad = append(bad, err.Error())
-			return
-		}
-		st, _ := fi.Sys().(*syscall.Stat_t)
-		if fi.Mode().Perm() != want || st == nil || st.Uid != 0 || st.Gid != 0 {
-			bad = append(bad, fmt.Sprintf("%s is %s, want %s owned by root", filepath.Base(p), fi.Mode().Perm(), want))
-		}
-	}
-	check(dir, 0o700)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return append(bad, err.Error())
-	}
-	for _, e := range ents {
-		p := filepath.Join(dir, e.Name())
-		check(p, 0o600)
-		if data, err := os.ReadFile(p); err == nil && bytes.Contains(data, []byte("WOVYR-CANARY-")) {
-			bad = append(bad, "a canary in the golden's "+e.Name())
-		}
-	}
-	return bad
 }
 
 // RemoveGoldens forgets b's goldens and removes them from the store: the

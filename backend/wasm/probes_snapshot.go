@@ -5,9 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/snapshot"
@@ -68,7 +66,7 @@ func (e *probeEnv) preinitRun(ctx context.Context) (*preinitRun, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the pre-initialised module: %w", err)
 	}
-	r.artifacts = privateArtifacts(g.Dir, e.canary)
+	r.artifacts = snapshot.Audit(g.Dir, []byte(e.canary))
 	if _, err := e.b.pre.store.Reconcile(Name, func(k snapshot.Key) bool { return k != key }); err != nil {
 		return nil, err
 	}
@@ -76,34 +74,6 @@ func (e *probeEnv) preinitRun(ctx context.Context) (*preinitRun, error) {
 		r.artifacts = append(r.artifacts, "the artifact outlived its invalidation")
 	}
 	return r, nil
-}
-
-// privateArtifacts checks a golden's directory: its owner's alone (0700,
-// files 0600; root's, but for an unprivileged node's own) and without
-// canary.
-func privateArtifacts(dir, canary string) []string {
-	var bad []string
-	check := func(p string, want os.FileMode) {
-		fi, err := os.Lstat(p)
-		if err != nil {
-			bad = append(bad, err.Error())
-			return
-		}
-		st, _ := fi.Sys().(*syscall.Stat_t)
-		if fi.Mode().Perm() != want || st == nil || int(st.Uid) != os.Geteuid() {
-			bad = append(bad, fmt.Sprintf("%s is %s, want %s owned by uid %d", filepath.Base(p), fi.Mode().Perm(), want, os.Geteuid()))
-		}
-	}
-	check(dir, 0o700)
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		p := filepath.Join(dir, e.Name())
-		check(p, 0o600)
-		if data, err := os.ReadFile(p); err == nil && bytes.Contains(data, []byte(canary)) {
-			bad = append(bad, "the canary in the artifact's "+e.Name())
-		}
-	}
-	return bad
 }
 
 var probePreinitResidue = Probe{
