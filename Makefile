@@ -3,7 +3,7 @@
 #               that works on this machine and runs a few invocations
 #   make test   the whole test suite (as root; CI runs this via .ci/run)
 
-export PATH := /usr/local/go/bin:$(PATH)
+export PATH := /usr/local/go/bin:/usr/local/bin:$(PATH)
 GO      ?= go
 STATE   ?= /var/lib/wovyr
 WOVYR   := bin/wovyr --state-dir $(STATE) --guest $(CURDIR)/bin/wovyr-guest
