@@ -129,13 +129,10 @@ func (l *load) worker(ctx context.Context, tn tenantSpec, r *rand.Rand, target i
 
 // run submits one job and follows it to its end.
 func (l *load) run(ctx context.Context, tn tenantSpec, r *rand.Rand, a accepted) {
-	inv := l.invocation(a)
-	wait := 10 * time.Second
-	if a.kind == cancelNative || a.kind == abandonNative {
-		wait = 0
-	}
+	// Submit without waiting, so that the id comes back at once and a
+	// kill cuts off as few answers as possible; follow polls it.
 	c, _ := l.client(tn)
-	rec, err := c.Submit(ctx, inv, wait)
+	rec, err := c.Submit(ctx, l.invocation(a), 0)
 	var ce *client.Error
 	switch {
 	case err == nil:

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/wovyr/wovyr/client"
+	"github.com/wovyr/wovyr/store"
 )
 
 // plan is one soak's size.
@@ -32,10 +33,10 @@ type plan struct {
 // The short pass runs in make test; WOVYR_SOAK_FAULTS=full is make
 // soak-faults. Per mille of each kind, in jobKind order.
 var plans = map[string]plan{
-	"short": {name: "short", invocations: 300, kills: 1, backends: []string{"native", "wasm"},
-		mix: mix{700, 150, 0, 0, 40, 30, 30, 20, 30}, workers: 3, limit: 2 * time.Minute},
+	"short": {name: "short", invocations: 800, kills: 1, backends: []string{"native", "wasm"},
+		mix: mix{700, 150, 0, 0, 40, 30, 30, 20, 30}, workers: 6, limit: 2 * time.Minute},
 	"full": {name: "full", invocations: 10000, kills: 3, backends: []string{"native", "wasm", "container", "gvisor"},
-		mix: mix{620, 150, 60, 20, 40, 30, 30, 20, 30}, workers: 3, limit: 9 * time.Minute},
+		mix: mix{620, 150, 60, 20, 40, 30, 30, 20, 30}, workers: 6, limit: 9 * time.Minute},
 }
 
 // TestSoakWithFaults drives a real daemon (package doc).
@@ -191,8 +192,11 @@ func TestSoakWithFaults(t *testing.T) {
 			t.Errorf("accepted %s is not in the store", a.id)
 		}
 	}
-	unheard := 0
+	unheard, storedLost := 0, 0
 	for id, rec := range stored {
+		if rec.State == store.Lost {
+			storedLost++
+		}
 		if !rec.State.Terminal() {
 			t.Errorf("stored %s is %s after shutdown", id, rec.State)
 		}
@@ -231,8 +235,8 @@ func TestSoakWithFaults(t *testing.T) {
 	newTmp = slices.DeleteFunc(newTmp, func(p string) bool { return p == root })
 
 	total := time.Since(began)
-	t.Logf("soak %s seed %d: accepted %d, finished %d (lost %d), refused %d (429/503), unreachable %d (restarting), in doubt %d (stored unheard %d), bad requests %d (400, none stored)",
-		p.name, seed, len(l.accepted), len(l.accepted)-lost, lost, l.nRefused.Load(), l.nDown.Load(), l.nInDoubt.Load(), unheard, l.nBad.Load())
+	t.Logf("soak %s seed %d: accepted %d (answered with an id), finished %d, lost %d; in the store %d records, %d lost; refused %d (429/503), unreachable %d (restarting), in doubt %d (cut off by a kill; %d of them stored), bad requests %d (400, none stored)",
+		p.name, seed, len(l.accepted), len(l.accepted)-lost, lost, len(stored), storedLost, l.nRefused.Load(), l.nDown.Load(), l.nInDoubt.Load(), unheard, l.nBad.Load())
 	t.Logf("kills %d (restart downtime %s), load %s, checks %s (build and certification before: %s); outcomes %v",
 		kills, downtime.Round(time.Millisecond), loadDone.Round(time.Second), (total - loadDone).Round(time.Second), prep.Round(time.Second), classes)
 	t.Logf("starts while all backlogged: %s; Jain %.4f", countsLine(starts, tenants), jain)
