@@ -206,33 +206,34 @@ func startDaemon(ctx context.Context, wovyr, state, conf, tmp string, log *syncB
 		return nil, err
 	}
 	go func() { d.cmd.Wait(); close(d.done) }()
-	for {
-		if b, err := os.ReadFile(addrFile); err == nil && len(bytes.TrimSpace(b)) > 0 {
-			d.url = "http://" + strings.TrimSpace(string(b))
-			break
-		}
+	listening := func() bool {
+		b, err := os.ReadFile(addrFile)
+		d.url = "http://" + strings.TrimSpace(string(b))
+		return err == nil && len(bytes.TrimSpace(b)) > 0
+	}
+	if err := d.await(ctx, "listening", listening); err != nil {
+		return nil, err
+	}
+	if err := d.await(ctx, "ready", func() bool { return ready(ctx, d.url) == nil }); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// await polls cond until it holds, the daemon exits or ctx ends (then the
+// daemon is killed).
+func (d *daemon) await(ctx context.Context, what string, cond func() bool) error {
+	for !cond() {
 		select {
 		case <-d.done:
-			return nil, fmt.Errorf("wovyr serve exited before listening")
+			return fmt.Errorf("wovyr serve exited before %s", what)
 		case <-ctx.Done():
 			d.kill()
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	for {
-		if err := ready(ctx, d.url); err == nil {
-			return d, nil
-		}
-		select {
-		case <-d.done:
-			return nil, fmt.Errorf("wovyr serve exited before ready")
-		case <-ctx.Done():
-			d.kill()
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return nil
 }
 
 // kill ends the daemon with SIGKILL, as a crash would, and waits for it.

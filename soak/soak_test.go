@@ -153,7 +153,7 @@ func TestSoakWithFaults(t *testing.T) {
 		byTenant[tn.name] = tn
 	}
 	recs := make([]*client.Invocation, len(l.accepted))
-	classes := map[string]int{}
+	classes, backends := map[string]int{}, map[string]int{}
 	lost, bad := 0, 0
 	for i, a := range l.accepted {
 		recs[i] = l.follow(fctx, byTenant[a.tenant], a.id)
@@ -164,6 +164,9 @@ func TestSoakWithFaults(t *testing.T) {
 		}
 		if recs[i] != nil && recs[i].Result != nil {
 			classes[recs[i].State+"/"+string(recs[i].Result.Class)]++
+			if b := recs[i].Result.Backend; b != "" {
+				backends[b]++
+			}
 			if recs[i].State == client.StateLost {
 				lost++
 			}
@@ -239,6 +242,7 @@ func TestSoakWithFaults(t *testing.T) {
 		p.name, seed, len(l.accepted), len(l.accepted)-lost, lost, len(stored), storedLost, l.nRefused.Load(), l.nDown.Load(), l.nInDoubt.Load(), unheard, l.nBad.Load())
 	t.Logf("kills %d (restart downtime %s), load %s, checks %s (build and certification before: %s); outcomes %v",
 		kills, downtime.Round(time.Millisecond), loadDone.Round(time.Second), (total - loadDone).Round(time.Second), prep.Round(time.Second), classes)
+	t.Logf("ran on: %v", backends)
 	t.Logf("starts while all backlogged: %s; Jain %.4f", countsLine(starts, tenants), jain)
 	t.Logf("leaks:%s; host-wide new /tmp/wovyr-* (other runs share the host): %d", leakReport, len(newTmp))
 	if kills < p.kills {
