@@ -80,9 +80,11 @@ func TestSoakWithFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Names unique to this run: the leak checks attribute cgroups by them,
+	// and another soak may share the host.
 	var tenants []tenantSpec
 	for i := range 8 {
-		tenants = append(tenants, tenantSpec{name: fmt.Sprintf("soak%d", i), weight: 1 + i/2, token: fmt.Sprintf("soak-token-%d-%d", seed, i)})
+		tenants = append(tenants, tenantSpec{name: fmt.Sprintf("soak%x-%d", seed&0xffffff, i), weight: 1 + i/2, token: fmt.Sprintf("soak-token-%d-%d", seed, i)})
 	}
 	conf := filepath.Join(root, "serve.json")
 	writeConfig(t, conf, tenants, 4)
@@ -118,6 +120,7 @@ func TestSoakWithFaults(t *testing.T) {
 		}
 	}
 	kills := 0
+	var crashed hostState
 	var downtime time.Duration
 	for _, at := range killAt {
 		for l.nAccepted.Load() < at && ctx.Err() == nil {
@@ -128,6 +131,11 @@ func TestSoakWithFaults(t *testing.T) {
 		}
 		d.kill()
 		kills++
+		if kills == 1 {
+			// The positive control of the leak checks: a killed daemon
+			// leaves its sandboxes behind until the restart reconciles.
+			crashed = snapshot(root, state, tmp, tenants, &names)
+		}
 		t0 := time.Now()
 		if d, err = startDaemon(ctx, wovyr, state, conf, tmp, log); err != nil {
 			cancel()
@@ -234,6 +242,9 @@ func TestSoakWithFaults(t *testing.T) {
 			t.Errorf("leaked %s: %q", k, leaks[k])
 		}
 	}
+	if kills > 0 && (len(crashed.mounts) == 0 || len(crashed.cgroups) == 0) {
+		t.Errorf("right after the first kill the leak checks saw %d mounts and %d cgroups of the soak's: they would miss a leak", len(crashed.mounts), len(crashed.cgroups))
+	}
 	newTmp := newSince(before.tmp, after.tmp)
 	newTmp = slices.DeleteFunc(newTmp, func(p string) bool { return p == root })
 
@@ -244,6 +255,7 @@ func TestSoakWithFaults(t *testing.T) {
 		kills, downtime.Round(time.Millisecond), loadDone.Round(time.Second), (total - loadDone).Round(time.Second), prep.Round(time.Second), classes)
 	t.Logf("ran on: %v", backends)
 	t.Logf("starts while all backlogged: %s; Jain %.4f", countsLine(starts, tenants), jain)
+	t.Logf("left by the first kill until the restart: processes=%d mounts=%d cgroups=%d files=%d", len(crashed.procs), len(crashed.mounts), len(crashed.cgroups), len(crashed.files))
 	t.Logf("leaks:%s; host-wide new /tmp/wovyr-* (other runs share the host): %d", leakReport, len(newTmp))
 	if kills < p.kills {
 		t.Errorf("only %d of %d kills happened", kills, p.kills)
