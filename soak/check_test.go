@@ -66,6 +66,12 @@ func checkRecord(a accepted, rec *client.Invocation, ledger int) string {
 	if native && ledger != 1 {
 		return fmt.Sprintf("ran, but its nonce is in the ledger %d times", ledger)
 	}
+	// A hog near its memory limit can thrash (the kernel reclaims the
+	// cgroup's file pages instead of killing it) until its wall limit on
+	// a loaded host: acceptable while the limit itself held.
+	if a.kind == oomNative && res.Class == sandbox.Timeout && res.Usage.PeakMemory > 0 && res.Usage.PeakMemory <= hogLimit {
+		return ""
+	}
 	wantClass, wantOut := sandbox.OK, ""
 	switch a.kind {
 	case echoNative:

@@ -63,6 +63,16 @@ func TestCheckRecordCatchesWhatTheSoakLooksFor(t *testing.T) {
 			t.Errorf("%s: got %q, want %q", name, got, c.want)
 		}
 	}
+	hog := accepted{id: "i1", nonce: "n1", kind: oomNative}
+	over := done("queued", "running", "done")
+	over.Result.Class, over.Result.Error, over.Result.Usage.PeakMemory = sandbox.Timeout, "wall-clock limit 20s reached", hogLimit+1
+	if got, want := checkRecord(hog, over, 1), `class "timeout" (want "oom"): wall-clock limit 20s reached`; got != want {
+		t.Errorf("a hog past its memory limit: got %q, want %q", got, want)
+	}
+	over.Result.Usage.PeakMemory = hogLimit
+	if got := checkRecord(hog, over, 1); got != "" {
+		t.Errorf("a hog that thrashed within its limit: %q", got)
+	}
 	if got := ledgerCounts([]byte("a\nb\na\n")); got["a"] != 2 || got["b"] != 1 || len(got) != 2 {
 		t.Errorf("ledgerCounts: %v", got)
 	}

@@ -272,7 +272,7 @@ func (l *load) invocation(a accepted) *sandbox.Invocation {
 	case timeoutNative:
 		return sh("exec /bin/sleep 5", sandbox.Limits{Wall: 300 * time.Millisecond})
 	case oomNative:
-		return sh("head -c 512m /dev/zero | tail", sandbox.Limits{Wall: 20 * time.Second, Memory: 32 << 20})
+		return sh("head -c 512m /dev/zero | tail", sandbox.Limits{Wall: 20 * time.Second, Memory: hogLimit})
 	case cancelNative:
 		return sh("exec /bin/sleep 30", sandbox.Limits{Wall: 20 * time.Second})
 	case abandonNative:
@@ -280,6 +280,9 @@ func (l *load) invocation(a accepted) *sandbox.Invocation {
 	}
 	panic("no invocation for " + a.kind.String())
 }
+
+// hogLimit is the memory limit of the oom jobs.
+const hogLimit = 32 << 20
 
 // echoWat prints its argv[1] and a newline through WASI (argc must be 2).
 const echoWat = `(module

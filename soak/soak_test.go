@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/wovyr/wovyr/client"
+	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/store"
 )
 
@@ -162,7 +163,7 @@ func TestSoakWithFaults(t *testing.T) {
 	}
 	recs := make([]*client.Invocation, len(l.accepted))
 	classes, backends := map[string]int{}, map[string]int{}
-	lost, bad := 0, 0
+	lost, bad, thrashed := 0, 0, 0
 	for i, a := range l.accepted {
 		recs[i] = l.follow(fctx, byTenant[a.tenant], a.id)
 		if why := checkRecord(a, recs[i], ran[a.nonce]); why != "" {
@@ -174,6 +175,9 @@ func TestSoakWithFaults(t *testing.T) {
 			classes[recs[i].State+"/"+string(recs[i].Result.Class)]++
 			if b := recs[i].Result.Backend; b != "" {
 				backends[b]++
+			}
+			if a.kind == oomNative && recs[i].Result.Class == sandbox.Timeout {
+				thrashed++
 			}
 			if recs[i].State == client.StateLost {
 				lost++
@@ -253,7 +257,7 @@ func TestSoakWithFaults(t *testing.T) {
 		p.name, seed, len(l.accepted), len(l.accepted)-lost, lost, len(stored), storedLost, l.nRefused.Load(), l.nDown.Load(), l.nInDoubt.Load(), unheard, l.nBad.Load())
 	t.Logf("kills %d (restart downtime %s), load %s, checks %s (build and certification before: %s); outcomes %v",
 		kills, downtime.Round(time.Millisecond), loadDone.Round(time.Second), (total - loadDone).Round(time.Second), prep.Round(time.Second), classes)
-	t.Logf("ran on: %v", backends)
+	t.Logf("ran on: %v; memory hogs that hit their wall limit instead, within the memory limit: %d", backends, thrashed)
 	t.Logf("starts while all backlogged: %s; Jain %.4f", countsLine(starts, tenants), jain)
 	t.Logf("left by the first kill until the restart: processes=%d mounts=%d cgroups=%d files=%d", len(crashed.procs), len(crashed.mounts), len(crashed.cgroups), len(crashed.files))
 	t.Logf("leaks:%s; host-wide new /tmp/wovyr-* (other runs share the host): %d", leakReport, len(newTmp))
