@@ -8,7 +8,7 @@ GO      ?= go
 STATE   ?= /var/lib/wovyr
 WOVYR   := bin/wovyr --state-dir $(STATE) --guest $(CURDIR)/bin/wovyr-guest
 
-.PHONY: all build deps demo test test-race bench soak fuzz clean
+.PHONY: all build deps demo test test-race bench soak soak-faults fuzz clean
 
 all: build
 
@@ -42,10 +42,16 @@ test: deps build
 
 # Long runs kept out of `make test`, which runs a short pass of each:
 # 100 microVM and 100 gVisor clones of one golden each, every reading
-# distinct (BATTERY 87).
-soak: deps build
+# distinct (BATTERY 87), and the soak with faults.
+soak: deps build soak-faults
 	WOVYR_SOAK_CLONES=100 $(GO) test -count=1 -timeout 30m -run TestClonesAreUnique -v ./backend/microvm/
 	WOVYR_SOAK_CLONES=100 $(GO) test -count=1 -timeout 30m -run TestGVisorClonesAreUnique -v ./backend/oci/
+
+# 10,000 invocations from 8 tenants over native, wasm, container and gVisor
+# while the daemon is SIGKILLed 3 times (docs/RELIABILITY.md); it stops
+# itself after at most 9 minutes of load. WOVYR_SOAK_SEED=N repeats a run.
+soak-faults: deps build
+	WOVYR_SOAK_FAULTS=full $(GO) test -count=1 -timeout 20m -run TestSoakWithFaults -v ./soak/
 
 # Every fuzz target (scripts/fuzz lists them) for FUZZTIME each; make test
 # runs the same for 3s each, so the targets stay alive.
