@@ -22,6 +22,12 @@ func warmTemplateBackends(t *testing.T) (map[string]*Backend, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if _, err := Reconcile(context.Background(), dir); err != nil {
+			t.Error(err)
+		}
+		os.RemoveAll(dir)
+	})
 	if err := os.Chmod(dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
@@ -49,12 +55,6 @@ func warmTemplateBackends(t *testing.T) (map[string]*Backend, string) {
 		}
 		m[c.name] = b
 	}
-	t.Cleanup(func() {
-		if _, err := Reconcile(context.Background(), dir); err != nil {
-			t.Error(err)
-		}
-		os.RemoveAll(dir)
-	})
 	return m, images
 }
 
