@@ -54,6 +54,17 @@ func NotStarted(res *Result, why string) {
 // NotStartedLine is the stderr line NotStarted adds.
 func NotStartedLine(why string) []byte { return []byte("wovyr: " + why + "\n") }
 
+// CheckReplyOutput refuses what who (a sandbox's agent, a guest) returned
+// when either stream is over limit, the cap its job was given: a reply
+// from inside a sandbox is believed only within what the workload controls
+// anyway. The error is a BackendFailure.
+func CheckReplyOutput(who string, stdout, stderr []byte, limit int64) error {
+	if int64(len(stdout)) > limit || int64(len(stderr)) > limit {
+		return Errorf(BackendFailure, "", "%s returned %d and %d bytes of output, over the %d-byte cap", who, len(stdout), len(stderr), limit)
+	}
+	return nil
+}
+
 // AppendNotStarted appends NotStartedLine(why) to stderr, cut at limit
 // bytes in all; cut reports whether it was. A reason that comes from inside
 // a sandbox (its agent, a guest) is the sandbox's words, so the output cap

@@ -216,3 +216,18 @@ func TestAppendNotStartedKeepsTheCap(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckReplyOutputHoldsTheSandboxToTheCap: a reply with more output
+// than the job's cap (an agent the tenant's code tampered with, a hostile
+// guest) is a backend failure, whatever the stream.
+func TestCheckReplyOutputHoldsTheSandboxToTheCap(t *testing.T) {
+	for _, tc := range []struct {
+		out, errs int
+		ok        bool
+	}{{64, 64, true}, {0, 0, true}, {65, 0, false}, {0, 65, false}} {
+		err := CheckReplyOutput("the agent", make([]byte, tc.out), make([]byte, tc.errs), 64)
+		if (err == nil) != tc.ok || (err != nil && ClassOf(err) != BackendFailure) {
+			t.Errorf("%d/%d bytes under a 64-byte cap: %v", tc.out, tc.errs, err)
+		}
+	}
+}

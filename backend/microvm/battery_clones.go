@@ -30,16 +30,11 @@ const cloneSettle = 3 * time.Second
 
 // cloneScript prints what rows 87 and 88 read, one fact per line:
 // boot_id, machine-id, a kernel UUID, 16 urandom bytes, the wall clock in
-// seconds, then procNames.
+// seconds, then battery.ProcNames.
 const cloneScript = `for f in /proc/sys/kernel/random/boot_id /etc/machine-id /proc/sys/kernel/random/uuid; do cat $f 2>/dev/null || echo "no $f"; done
 head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; echo
 date +%s
-` + procNames
-
-// procNames prints the sorted names of the guest's user processes but the
-// shell running it: the glob and the reads are the shell's own (no fork
-// races), and kernel threads (no exe), which come and go, are left out.
-const procNames = `l=; for p in /proc/[0-9]*; do [ "${p#/proc/}" = "$$" ] && continue; [ -e $p/exe ] || continue; read c < $p/comm && l="$l $c"; done; echo $l | tr ' ' '\n' | sort | tr '\n' ' '; echo`
+` + battery.ProcNames
 
 // cloneRun is what the snapshot rows read from one golden of a backend:
 // tenant A on one clone, then two more clones scanned and compared.
@@ -87,7 +82,7 @@ func (b *Backend) runClones(ctx context.Context, r *cloneRun) error {
 		if err != nil {
 			return err
 		}
-		res, err := c.Run(ctx, probeInvocation("scan-"+strconv.Itoa(i), residueScan()+"\n"+cloneScript))
+		res, err := c.Run(ctx, probeInvocation("scan-"+strconv.Itoa(i), battery.ResidueScan+"\n"+cloneScript))
 		c.Destroy(context.WithoutCancel(ctx))
 		if err != nil {
 			return err
@@ -132,15 +127,6 @@ func canaryInvocation(canary string) *sandbox.Invocation {
 		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Env: []string{"C=" + canary},
 			Argv: []string{"/bin/sh", "-c", `for d in /workspace /tmp /dev/shm /etc; do echo "$C" > $d/canary-a; done; setsid sleep 7777 </dev/null >/dev/null 2>&1 & sync; true`}},
 		Limits: sandbox.Limits{Wall: time.Minute, Disk: probeTemplate().Limits.Disk}}
-}
-
-// residueScan prints "residue:" and every place a canary of the battery's
-// shows up: files, process argv and environments. The pattern is assembled
-// at run time and read from a file outside the scanned places, so neither
-// this script's text nor grep's argv contains it.
-func residueScan() string {
-	return `mkdir -p /run; printf '%s\n' "WOVYR-CAN""ARY-" > /run/wovyr-scan
-r=$( { grep -rl -f /run/wovyr-scan /workspace /tmp /dev/shm /etc 2>/dev/null; grep -l -f /run/wovyr-scan /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null; } | tr '\n' ' '); echo "residue:$r"`
 }
 
 func probeInvocation(id, script string) *sandbox.Invocation {

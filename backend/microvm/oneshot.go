@@ -171,8 +171,8 @@ func fillResult(res *sandbox.Result, rep agent.VMReply, jobID string, l sandbox.
 	if rep.Setup != "" {
 		return sandbox.Errorf(sandbox.BackendFailure, "", "the guest could not prepare the job: %s", rep.Setup)
 	}
-	if int64(len(rep.Stdout)) > l.Output || int64(len(rep.Stderr)) > l.Output {
-		return sandbox.Errorf(sandbox.BackendFailure, "", "the guest returned more output than the %d-byte cap", l.Output)
+	if err := sandbox.CheckReplyOutput("the guest", rep.Stdout, rep.Stderr, l.Output); err != nil {
+		return err
 	}
 	res.ExitCode, res.Signal = rep.ExitCode, rep.Signal
 	res.Stdout, res.Stderr = nonNil(rep.Stdout), nonNil(rep.Stderr)

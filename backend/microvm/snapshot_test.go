@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/snapshot"
 	"github.com/wovyr/wovyr/snapshot/snapshottest"
@@ -23,7 +24,7 @@ const identityScript = `cat /proc/sys/kernel/random/boot_id /etc/machine-id /pro
 head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; echo
 hostname
 date +%s
-` + procNames + `
+` + battery.ProcNames + `
 echo "files:$(ls -A /workspace /tmp | grep -v ':$' | grep .)"; ps -o args | grep -c '[s]leep 7777'; echo "env:$CANARY"`
 
 // TestCloneIsItsOwnAndCarriesNothing is invariant 4 for microVM clones
@@ -166,13 +167,7 @@ func digestGolden(t *testing.T, g *golden) string {
 // machine-id, a kernel UUID and urandom at 0, 10 and 100 ms into their
 // first job, and no two readings anywhere are equal.
 func TestClonesAreUnique(t *testing.T) {
-	n := 8
-	if v := os.Getenv("WOVYR_SOAK_CLONES"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 2 {
-			t.Fatalf("WOVYR_SOAK_CLONES=%q: want a number ≥ 2", v)
-		}
-	}
+	n := snapshottest.SoakClones(t, 8)
 	b := backend(t)
 	ctx := context.Background()
 	g, err := b.Golden(ctx, sandbox.Template{Kind: sandbox.KindCommand})

@@ -35,13 +35,13 @@ const (
 // cloneWeaknesses may snapshot; no other weakened copy does.
 var cloneWeaknesses = []battery.Weakness{TenantGolden, NoReexec}
 
-// cloneScan prints, one per line: where it found a canary ("residue:"
-// and paths), boot_id, machine-id, 16 urandom bytes, the sorted names of
-// the sandbox's processes but its own shell, and the agent's (pid 1's)
-// descriptors. The canary pattern is assembled at run time in a file
-// outside the scanned places, so no argv holds it.
-const cloneScan = `mkdir -p /run; printf '%s\n' "WOVYR-CAN""ARY-" > /run/wovyr-scan
-r=$( { grep -rl -f /run/wovyr-scan /workspace /tmp /dev/shm /etc 2>/dev/null; grep -l -f /run/wovyr-scan /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null; } | tr '\n' ' '); echo "residue:$r"
+// cloneScan prints, one per line: battery.ResidueScan's line, boot_id,
+// machine-id, 16 urandom bytes, the sorted names of the sandbox's processes
+// but its own shell, and the number of the agent's (pid 1's) descriptors.
+// Unlike battery.ProcNames it keeps processes without a readable exe: the
+// Sentry has no kernel threads to leave out, and a process restored into
+// a clone may show none (a tenant's leftover in a golden did).
+const cloneScan = battery.ResidueScan + `
 for f in /proc/sys/kernel/random/boot_id /etc/machine-id; do cat $f 2>/dev/null || echo "no $f"; done
 head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; echo
 l=; for p in /proc/[0-9]*; do [ "${p#/proc/}" = "$$" ] && continue; read c < $p/comm && l="$l $c"; done; echo $l | tr ' ' '\n' | sort | tr '\n' ' '; echo
@@ -85,12 +85,9 @@ func (b *Backend) clones(ctx context.Context, img string) *cloneRun {
 
 // snapshotSibling is b as a pool that snapshots, with b's weakness.
 func (b *Backend) snapshotSibling() *Backend {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	cfg := b.cfg
 	cfg.Pooled, cfg.Snapshots = true, true
-	return &Backend{cfg: cfg, name: b.name, strength: b.strength, gvisor: b.gvisor,
-		agent: b.agent, runner: b.runner, run: b.run, driver: b.driver, weak: b.weak, ceil: b.ceil}
+	return b.copyWith(cfg, b.weak)
 }
 
 func (b *Backend) runClones(ctx context.Context, img string, r *cloneRun) error {

@@ -113,8 +113,9 @@ func Suite(b *Backend, image string) battery.Suite {
 		na[id] = noSnap
 	}
 	if b.gvisor {
-		probes = append(probes, cloneProbes(b)...) // battery_clones.go
-		for _, p := range cloneProbes(b) {
+		clones := cloneProbes(b) // battery_clones.go
+		probes = append(probes, clones...)
+		for _, p := range clones {
 			delete(na, p.ID)
 		}
 		maps.Copy(na, cloneNotApplicable)

@@ -154,7 +154,9 @@ func (s *Sandbox) runJob(ctx context.Context, inv *sandbox.Invocation, lim sandb
 	if wasm && res.Class == sandbox.OK {
 		s.wasmOutcome(res)
 	}
-	if err := checkOutput(rep, lim.Output); err != nil {
+	// The agent shares the sandbox with the tenant's code (a frame may
+	// hold up to agent.MaxFrame).
+	if err := sandbox.CheckReplyOutput("the sandbox's agent", rep.Stdout, rep.Stderr, lim.Output); err != nil {
 		s.b.cfg.Logger.Warn("agent broke the output cap", "backend", s.b.name, "id", s.id, "err", err)
 		return true, err
 	}
@@ -447,15 +449,4 @@ func escapeRuntimeCgroups(id, tenant string) {
 			_ = os.WriteFile(filepath.Join(h, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
 		}
 	}
-}
-
-// checkOutput refuses a reply with more output than the cap the job was
-// given: the agent shares the sandbox with the tenant's code, so its reply
-// is believed only within what the workload controls anyway, as a microVM
-// guest's is (a frame may hold up to agent.MaxFrame).
-func checkOutput(rep agent.Reply, limit int64) error {
-	if int64(len(rep.Stdout)) > limit || int64(len(rep.Stderr)) > limit {
-		return sandbox.Errorf(sandbox.BackendFailure, "", "the sandbox's agent returned %d and %d bytes of output, over the %d-byte cap", len(rep.Stdout), len(rep.Stderr), limit)
-	}
-	return nil
 }

@@ -18,23 +18,12 @@ import (
 	"github.com/wovyr/wovyr/snapshot/snapshottest"
 )
 
-// snapBackend is a pooled gVisor backend on a state directory of its own
-// (goldens are written there), reading the shared test templates.
-func snapBackend(t testing.TB) *Backend {
+// privateState is a state directory of the test's own, searchable by the
+// sandboxes' uids (t.TempDir's parent is 0700), reconciled and removed
+// when the test ends, whatever it left.
+func privateState(t testing.TB, prefix string) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "wovyr-gsnap-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(filepath.Join(testState, "images"), filepath.Join(dir, "images")); err != nil {
-		t.Fatal(err)
-	}
-	cfg := testConfig(t)
-	cfg.StateDir, cfg.Pooled, cfg.Snapshots = dir, true, true
-	b, err := NewGVisor(cfg)
+	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,6 +33,26 @@ func snapBackend(t testing.TB) *Backend {
 		}
 		os.RemoveAll(dir)
 	})
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// snapBackend is a pooled gVisor backend on a state directory of its own
+// (goldens are written there), reading the shared test templates.
+func snapBackend(t testing.TB) *Backend {
+	t.Helper()
+	dir := privateState(t, "wovyr-gsnap-")
+	if err := os.Symlink(filepath.Join(testState, "images"), filepath.Join(dir, "images")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t)
+	cfg.StateDir, cfg.Pooled, cfg.Snapshots = dir, true, true
+	b, err := NewGVisor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if c := b.Probe(context.Background()); !c.Available {
 		t.Fatal(c.Reason)
 	}

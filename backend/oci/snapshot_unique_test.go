@@ -3,13 +3,13 @@ package oci
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/wovyr/wovyr/agent"
 	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/snapshot/snapshottest"
 )
 
 // TestGVisorClonesAreUnique is BATTERY 87 at scale for gVisor clones:
@@ -19,13 +19,7 @@ import (
 // own PRNG, and the one it made when it began serving): every reading is
 // distinct but a clone's own identity, which stays put.
 func TestGVisorClonesAreUnique(t *testing.T) {
-	n := 4
-	if v := os.Getenv("WOVYR_SOAK_CLONES"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 2 {
-			t.Fatalf("WOVYR_SOAK_CLONES=%q: want a number ≥ 2", v)
-		}
-	}
+	n := snapshottest.SoakClones(t, 4)
 	b := snapBackend(t)
 	ctx := context.Background()
 	g, err := b.Golden(ctx, sandbox.Template{Kind: sandbox.KindCommand})

@@ -81,10 +81,7 @@ var weaknesses = []battery.Weakness{
 func (b *Backend) Weakened(w battery.Weakness) (sandbox.Backend, error) {
 	for _, x := range weaknesses {
 		if x == w {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			c := &Backend{cfg: b.cfg, name: b.name, strength: b.strength, gvisor: b.gvisor,
-				agent: b.agent, runner: b.runner, run: b.run, driver: b.driver, weak: w, ceil: b.ceil}
+			c := b.copyWith(b.cfg, w)
 			if c.driver != nil && c.gvisor && w == HostPrivileged {
 				d := *c.driver
 				d.flags = append(slices.Clone(d.flags), "--net-raw", "--iouring")
@@ -105,6 +102,15 @@ func (b *Backend) Weakened(w battery.Weakness) (sandbox.Backend, error) {
 		}
 	}
 	return nil, fmt.Errorf("%s has no %q configuration", b.name, w)
+}
+
+// copyWith is a new Backend over b's runtime, agent and probe answer, with
+// cfg and weakness w, and nothing of b's sandboxes, goldens or caches.
+func (b *Backend) copyWith(cfg Config, w battery.Weakness) *Backend {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return &Backend{cfg: cfg, name: b.name, strength: b.strength, gvisor: b.gvisor,
+		agent: b.agent, runner: b.runner, run: b.run, driver: b.driver, weak: w, ceil: b.ceil}
 }
 
 // weakenSpec applies the backend's weakness to a generated spec.

@@ -2,9 +2,9 @@ package wasm
 
 import (
 	"bytes"
-	"os"
-	"strconv"
 	"testing"
+
+	"github.com/wovyr/wovyr/snapshot/snapshottest"
 )
 
 // randWAT's init draws 16 bytes from random_get into [64, 80); _start
@@ -24,13 +24,7 @@ const randWAT = `(module
 // of a pre-initialised module draws its own random_get bytes, and every one
 // shares what init drew, by design (ADR 0019).
 func TestPreinitInstancesAreUnique(t *testing.T) {
-	n := 100
-	if v := os.Getenv("WOVYR_SOAK_CLONES"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 2 {
-			t.Fatalf("WOVYR_SOAK_CLONES=%q: want a number ≥ 2", v)
-		}
-	}
+	n := snapshottest.SoakClones(t, 100)
 	b := privateBackend(t)
 	mod := mustWat(t, randWAT)
 	seen := map[string]int{}

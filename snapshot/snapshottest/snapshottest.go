@@ -4,6 +4,7 @@ package snapshottest
 import (
 	"context"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -54,4 +55,19 @@ func Run(t testing.TB, s sandbox.Sandbox, inv *sandbox.Invocation) *sandbox.Resu
 		t.Fatalf("class %q (%s) stderr %q", res.Class, res.Error, res.Stderr)
 	}
 	return res
+}
+
+// SoakClones is how many clones a uniqueness test (BATTERY 87) restores:
+// WOVYR_SOAK_CLONES where set (`make soak` sets 100), else def.
+func SoakClones(t testing.TB, def int) int {
+	t.Helper()
+	v := os.Getenv("WOVYR_SOAK_CLONES")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 2 {
+		t.Fatalf("WOVYR_SOAK_CLONES=%q: want a number ≥ 2", v)
+	}
+	return n
 }
