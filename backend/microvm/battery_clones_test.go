@@ -14,7 +14,7 @@ import (
 // flagged.
 func TestSnapshotBattery(t *testing.T) {
 	rows := []int{85, 87, 88}
-	full := Suite(backend(t))
+	full := Suite(backend(t), battery.Suite{})
 	s := battery.Suite{Target: full.Target, NotApplicable: map[int]string{}}
 	for _, p := range full.Probes {
 		if slices.Contains(rows, p.ID) {

@@ -16,10 +16,13 @@ import (
 
 // Suite is the battery suite that certifies b (`wovyr certify --backend
 // microvm`): the microVM probes that look at the VMM from the host and at
-// what crosses the VM boundary, each run on the target and on a weakened
-// copy (Weakened), and why the remaining rows naming M do not apply. The
-// run boots about ten VMs; probes sharing a VM share one boot per backend.
-func Suite(b *Backend) battery.Suite {
+// what crosses the VM boundary, the contained probes run inside the guest
+// and judged from the host (battery_guest.go), each run on the target and
+// on a weakened copy (Weakened) or, for what no VM configuration weakens,
+// on the weakened copy of controls' backend (the container suite), and why
+// the remaining rows naming M do not apply. Probes sharing a VM share one
+// boot per backend.
+func Suite(b *Backend, controls battery.Suite) battery.Suite {
 	type check struct {
 		id   int
 		weak battery.Weakness
@@ -109,9 +112,13 @@ func Suite(b *Backend) battery.Suite {
 	for _, c := range cloneChecks() {
 		checks = append(checks, check(c))
 	}
-	s := battery.Suite{Target: battery.Target{Backend: b}, NotApplicable: notApplicable(b.cfg.Network != nil)}
+	s := battery.Suite{Target: guestTarget(b), NotApplicable: notApplicable(b.cfg.Network != nil), Teardown: b.teardownNeighbour}
 	for _, c := range checks {
 		s.Probes = append(s.Probes, vmProbe(c.id, c.weak, c.run))
+	}
+	s.Probes = append(s.Probes, guestProbes(b, controls)...)
+	for _, p := range s.Probes {
+		delete(s.NotApplicable, p.ID)
 	}
 	return s
 }
@@ -146,6 +153,10 @@ type batteryCache struct {
 	postErr error
 	a       *tenantARun
 	clones  *cloneRun
+
+	nbMu  sync.Mutex
+	nb    *vmSandbox // the contained probes' neighbour VM (battery_watch.go)
+	pings int
 }
 
 // postureObs inspects (once per backend) a running warm VM of b.
@@ -153,9 +164,7 @@ func (b *Backend) postureObs(ctx context.Context, tried string, pick func(findin
 	b.bat.mu.Lock()
 	defer b.bat.mu.Unlock()
 	if b.bat.posture == nil && b.bat.postErr == nil {
-		warm := &Backend{cfg: b.cfg, probe: b.probe, disks: b.disks}
-		warm.cfg.Warm = true
-		s, err := warm.Prepare(ctx, probeTemplate())
+		s, err := b.warmSibling().Prepare(ctx, probeTemplate())
 		if err != nil {
 			b.bat.postErr = err
 		} else {

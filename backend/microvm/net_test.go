@@ -131,7 +131,7 @@ func assertNoCanary(t *testing.T, rig *egresstest.Rig) {
 func TestEgressBattery(t *testing.T) {
 	ctx := context.Background()
 	b := backend(t)
-	full := EgressSuite(b, probeFile(t).Data)
+	full := EgressSuite(b, battery.Suite{}, probeFile(t).Data)
 	s := battery.Suite{Target: full.Target, NotApplicable: map[int]string{}}
 	for _, p := range full.Probes {
 		if slices.Contains(egressRows, p.ID) {
