@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/wovyr/wovyr/agent"
@@ -66,6 +69,8 @@ func guestProbes(b *Backend, controls battery.Suite) []battery.Probe {
 			ps = append(ps, contained(peer(p)))
 		}
 	}
+	ps = append(ps, contained(battery.Probe{ID: 57, Weakness: battery.NoPidsLimit, Backends: []string{"microvm"}, Run: guestThreads}),
+		contained(peer(battery.Probe{ID: 8, Weakness: battery.RunAsRoot, Backends: []string{"microvm"}, Run: guestHostPIDs})))
 	for _, a := range battery.KernelAttempts() {
 		ps = append(ps, contained(peer(battery.Probe{ID: a.ID, Weakness: battery.RunAsRoot,
 			Backends: []string{"microvm"}, Run: guestKernelProbe(a)})))
@@ -124,27 +129,13 @@ func guestKernelProbe(a battery.KernelAttempt) func(context.Context, battery.Tar
 			o.Observed = "read the host's boot_id: " + err.Error()
 			return o
 		}
-		sb, err := t.Backend.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand, Image: t.Image})
-		if err != nil {
-			o.Observed = err.Error()
-			return o
-		}
-		defer sb.Destroy(context.WithoutCancel(ctx))
 		modules := moduleNames()
-		script := "cat /proc/sys/kernel/random/boot_id; exec " + strings.Join(append(slices.Clone(t.Guest), args...), " ")
-		res, err := sb.Run(ctx, &sandbox.Invocation{ID: sandbox.NewID(), Tenant: "wovyr-battery", Policy: sandbox.Policy{Trust: sandbox.Trusted},
-			Limits:   sandbox.Limits{Wall: 2 * time.Minute},
-			Workload: sandbox.Workload{Kind: sandbox.KindCommand, Image: t.Image, Argv: []string{"/bin/sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"}}})
-		if err != nil {
-			o.Observed = err.Error()
+		res, rep, err := runProber(ctx, t, sandbox.Limits{Wall: 2 * time.Minute}, "cat /proc/sys/kernel/random/boot_id; ", args...)
+		if err != nil || res.Class != sandbox.OK {
+			o.Observed = proberFailure(res, err)
 			return o
 		}
 		lines := bytes.Split(bytes.TrimSpace(res.Stdout), []byte("\n"))
-		var rep prober.Report
-		if len(lines) < 2 || json.Unmarshal(lines[len(lines)-1], &rep) != nil || rep.Probe == "" || res.Class != sandbox.OK {
-			o.Observed = fmt.Sprintf("class=%q exit=%d no report: stdout %.200q stderr %.200q", res.Class, res.ExitCode, res.Stdout, res.Stderr)
-			return o
-		}
 		boot := strings.TrimSpace(string(lines[0]))
 		var parts []string
 		for _, k := range slices.Sorted(maps.Keys(rep.Data)) {
@@ -159,6 +150,83 @@ func guestKernelProbe(a battery.KernelAttempt) func(context.Context, battery.Tar
 		o.Secure = rep.Errno == "" && len(boot) == 36 && !same && slices.Equal(modules, after)
 		return o
 	}
+}
+
+// runProber runs the prober with args in a fresh sandbox of t, after
+// the shell commands pre (empty: none), and returns its last line's report.
+func runProber(ctx context.Context, t battery.Target, lim sandbox.Limits, pre string, args ...string) (*sandbox.Result, prober.Report, error) {
+	var rep prober.Report
+	sb, err := t.Backend.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand, Image: t.Image})
+	if err != nil {
+		return nil, rep, err
+	}
+	defer sb.Destroy(context.WithoutCancel(ctx))
+	script := pre + "exec " + strings.Join(append(slices.Clone(t.Guest), args...), " ")
+	if lim.Wall == 0 {
+		lim.Wall = 30 * time.Second
+	}
+	res, err := sb.Run(ctx, &sandbox.Invocation{ID: sandbox.NewID(), Tenant: "wovyr-battery", Policy: sandbox.Policy{Trust: sandbox.Trusted},
+		Limits: lim, Workload: sandbox.Workload{Kind: sandbox.KindCommand, Image: t.Image, Argv: []string{"/bin/sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"}}})
+	if err != nil {
+		return nil, rep, err
+	}
+	lines := bytes.Split(bytes.TrimSpace(res.Stdout), []byte("\n"))
+	if json.Unmarshal(lines[len(lines)-1], &rep) != nil || rep.Probe == "" {
+		return res, rep, errNoReport
+	}
+	return res, rep, nil
+}
+
+var errNoReport = errors.New("no prober report")
+
+func proberFailure(res *sandbox.Result, err error) string {
+	if res == nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("class=%q exit=%d (%v): stdout %.200q stderr %.200q", res.Class, res.ExitCode, err, res.Stdout, res.Stderr)
+}
+
+// guestThreads is row 57: 2000 parked OS threads under a pids limit of 64
+// stop at it — the Go prober dies unable to create a thread, inside the
+// job cgroup of its VM.
+func guestThreads(ctx context.Context, t battery.Target) battery.Observation {
+	o := battery.Observation{Tried: "pids=64: start 2000 parked OS threads"}
+	res, rep, err := runProber(ctx, t, sandbox.Limits{Pids: 64}, "", "threads", "2000")
+	if res == nil {
+		o.Observed = err.Error()
+		return o
+	}
+	refused := strings.Contains(string(res.Stderr), "failed to create new OS thread")
+	first, _, _ := strings.Cut(strings.TrimSpace(string(res.Stderr)), "\n")
+	o.Observed = fmt.Sprintf("class=%s exit=%d threads=%d stderr %.160q", res.Class, res.ExitCode, rep.Count, first)
+	o.Secure = errors.Is(err, errNoReport) && refused
+	return o
+}
+
+// guestHostPIDs is row 8: a host process carries a fresh marker in its
+// argv; the sandbox scans every /proc/<pid>/cmdline it can see for it (the
+// pattern "[w]ovyr…" never matches the grep's own argv).
+func guestHostPIDs(ctx context.Context, t battery.Target) battery.Observation {
+	mark := "wovyr-mark-hostpid-" + sandbox.NewID()[:12]
+	o := battery.Observation{Tried: "a host process runs with " + mark + " in its argv; the sandbox scans /proc/*/cmdline for it"}
+	// The shell keeps the mark as its $0; "; true" keeps it from exec'ing
+	// sleep in its place.
+	host := exec.Command("/bin/sh", "-c", "sleep 60; true", mark)
+	host.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := host.Start(); err != nil {
+		o.Observed = err.Error()
+		return o
+	}
+	defer func() { syscall.Kill(-host.Process.Pid, syscall.SIGKILL); host.Wait() }()
+	res, rep, err := runProber(ctx, t, sandbox.Limits{}, "echo visible=$(grep -l '[w]"+mark[1:]+"' /proc/[0-9]*/cmdline 2>/dev/null | wc -l) pids=$(ls -d /proc/[0-9]* | wc -l); ", "self")
+	if err != nil {
+		o.Observed = proberFailure(res, err)
+		return o
+	}
+	counts, _, _ := strings.Cut(string(res.Stdout), "\n")
+	o.Observed = fmt.Sprintf("%s (as uid %s)", strings.TrimSpace(counts), rep.Data["Uid"])
+	o.Secure = strings.HasPrefix(counts, "visible=0 ")
+	return o
 }
 
 // moduleNames are the host's loaded modules, sorted: their reference

@@ -238,7 +238,7 @@ func tenantAInvocation(canary string) *sandbox.Invocation {
 // with an egress service (withNet) gives VMs a NIC: its egress rows apply
 // and only EgressSuite, which has the harness, can probe them.
 func notApplicable(withNet bool) map[int]string {
-	const guest = "runs inside the guest, whose root is the tenant's by design (BATTERY.md: on M the boundary is the VMM); the host side of the VMM is probes 1, 4, 5, 6"
+	const guest = "its secure outcome (a refusal, a masked path, a read-only file) is one the guest kernel's root, the tenant by design, chooses for itself (BATTERY.md: on M the boundary is the VMM); what can cross it is probed inside the guest and judged from the host: every kernel-surface attempt must be served by the guest's kernel (13, 20, 25, 28-36, 38-40), the limits and resource rows are bounded host-side (44-55, 60), and the VMM's host side is probes 1, 4, 5, 6"
 	noNIC := "a microVM has no network device (probe 6 lints the VMM argv for any NIC) and any allow rule is refused as policy-unenforceable"
 	if withNet {
 		noNIC = "a VM's only network is a tap in its egress slot, by descriptor (probe 6 lints the VMM argv): whatever the guest opens leaves through the host-side table, stub and proxy, which bound and judge it (egress rows 70-81 via EgressSuite)"

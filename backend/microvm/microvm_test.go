@@ -363,8 +363,14 @@ func TestSuiteCoversEveryMicroVMRow(t *testing.T) {
 		}
 		impl[p.ID] = p.Weakness
 	}
-	if n := len(s.Probes); n < 40 {
-		t.Errorf("the microVM applies %d probes, want at least 40 (issue #24)", n)
+	applied := 0
+	for _, row := range battery.Catalogue() {
+		if probed[row.ID] && names(row.Backends, "M") {
+			applied++
+		}
+	}
+	if applied < 40 {
+		t.Errorf("the microVM applies %d probes, want at least 40 (issue #24)", applied)
 	}
 	for _, row := range battery.Catalogue() {
 		probed := probed[row.ID]
