@@ -67,37 +67,11 @@ func containerControls(t *testing.T) battery.Suite {
 // `wovyr certify --backend microvm`.
 func TestGuestBattery(t *testing.T) {
 	b := backend(t)
-	rows := []int{8, 30, 45, 50, 54, 57}
-	full := Suite(b, containerControls(t))
-	s := battery.Suite{Target: full.Target, NotApplicable: map[int]string{}, Teardown: full.Teardown}
-	for _, p := range full.Probes {
-		if slices.Contains(rows, p.ID) {
-			s.Probes = append(s.Probes, p)
-		}
-	}
-	rec, err := battery.Run(context.Background(), s, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := 0
-	for _, o := range rec.Outcomes {
-		if !slices.Contains(rows, o.ID) {
-			continue
-		}
-		seen++
-		if !o.Pass {
-			t.Errorf("row %d failed: %s: %s", o.ID, o.Tried, o.Observed)
-		}
-		if !o.ControlFlagged {
-			t.Errorf("row %d: its control was not flagged: %s", o.ID, o.ControlObserved)
-		}
+	for _, o := range runRows(t, Suite(b, containerControls(t)), 8, 30, 45, 50, 54, 57) {
 		if !strings.Contains(o.Observed, "host: VMM peak") || !strings.Contains(o.Observed, "neighbour answered") {
 			t.Errorf("row %d: no host-side verdict in %q", o.ID, o.Observed)
 		}
 		t.Logf("row %d: %s | control: %s", o.ID, o.Observed, o.ControlObserved)
-	}
-	if seen != len(rows) {
-		t.Fatalf("%d of the %d rows ran", seen, len(rows))
 	}
 	if b.bat.nb != nil {
 		t.Error("the neighbour VM survives the suite's Teardown")
