@@ -35,7 +35,7 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	if !sandbox.Accepts(s.b, inv.Workload.Kind) {
 		return nil, sandbox.Errorf(sandbox.BadInput, "workload.kind", "%s backend does not run %s workloads (wasm needs Config.WasmRunner)", s.b.name, inv.Workload.Kind)
 	}
-	if err := s.b.CheckNetwork(inv.Policy.Network); err != nil {
+	if err := s.checkNetwork(inv.Policy.Network); err != nil {
 		return nil, err
 	}
 	if img := inv.Workload.Image; img != "" && img != s.image {
@@ -56,6 +56,13 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	}
 	unstarted := s.oneShot && s.client == nil
 	direct := unstarted && s.direct(inv)
+	if s.boot.netstack {
+		// runsc takes the slot's address when it starts: bind the slot
+		// to the tenant's policy first (egress.go).
+		if err := s.applyNetwork(ctx, inv); err != nil {
+			return nil, err
+		}
+	}
 	if unstarted && !direct {
 		// A one-shot sandbox started nothing at Prepare: this invocation
 		// needs the agent (oneshot.go), so it starts now.
@@ -66,8 +73,10 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	if err := s.claim(inv, lim); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s: claim %s for %s", s.b.name, s.id, inv.Tenant)
 	}
-	if err := s.applyNetwork(ctx, inv); err != nil {
-		return nil, err
+	if !s.boot.netstack {
+		if err := s.applyNetwork(ctx, inv); err != nil {
+			return nil, err
+		}
 	}
 	var err error
 	var done bool
