@@ -108,7 +108,15 @@ func (s *Sandbox) newNetwork(ctx context.Context) error {
 	}
 	s.net = sl
 	s.defer1(func(ctx context.Context) error { return sl.Close(ctx) })
-	return os.WriteFile(filepath.Join(s.dir, "resolv.conf"), sl.ResolvConf(), 0o444)
+	return os.WriteFile(s.resolvPath(), sl.ResolvConf(), 0o444)
+}
+
+// resolvPath is the host file bound at /etc/resolv.conf: on the upper
+// layer's tmpfs, beside (not in) the sandbox's root, so that the bind's
+// line in the sandbox's mountinfo names a path inside that tmpfs
+// ("/resolv.conf") and not the node's sandbox layout (row 93).
+func (s *Sandbox) resolvPath() string {
+	return filepath.Join(s.dir, "upper", "resolv.conf")
 }
 
 // checkNetwork refuses, before anything is claimed, an allowlist this

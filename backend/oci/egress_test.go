@@ -448,8 +448,8 @@ func TestEgressSelect(t *testing.T) {
 
 // slotRows are the battery rows outside 71–84 whose outcome or control
 // the slot changes (namespaces, spec lint, mounts, sysfs, sysctls, setns,
-// the deny-all row).
-var slotRows = []int{2, 6, 9, 10, 12, 27, 43, 70}
+// the deny-all row, the mount table's host paths).
+var slotRows = []int{2, 6, 9, 10, 12, 27, 43, 70, 93}
 
 // TestEgressBattery runs the container and gVisor batteries' egress rows
 // (71–84) with an egress service, and the rows the slot touches: each holds, and each

@@ -258,7 +258,7 @@ func (s *Sandbox) writeSpec() error {
 		}
 	}
 	if s.net != nil {
-		joinSlot(spec, s.netnsPath(), filepath.Join(s.dir, "resolv.conf"))
+		joinSlot(spec, s.netnsPath(), s.resolvPath())
 	}
 	if !s.boot.cold() {
 		if err := s.identityMounts(spec); err != nil {
