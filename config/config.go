@@ -151,6 +151,11 @@ func Default() Config {
 // WithDefaults returns c with every zero field set to its default, and
 // validated.
 func (c Config) WithDefaults() (Config, error) {
+	if len(c.Egress.Uplinks) == 0 {
+		// "uplinks": [] means none, as an absent list does: one value, so
+		// the config written back reads the same (FuzzParse).
+		c.Egress.Uplinks = nil
+	}
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
 	}

@@ -104,3 +104,24 @@ func TestParseRefusesWhatIsNotOneObject(t *testing.T) {
 		})
 	}
 }
+
+// TestParseEmptyUplinksIsAFixedPoint is FuzzParse's crasher
+// 577f08e49dbde792: "uplinks": [] parsed to an empty list, which the
+// config written back (omitempty) left out, so it read back as no list.
+func TestParseEmptyUplinksIsAFixedPoint(t *testing.T) {
+	c, err := Parse(strings.NewReader(`{"egress":{"uplinks":[]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Egress.Uplinks != nil {
+		t.Fatalf("uplinks = %#v, want nil", c.Egress.Uplinks)
+	}
+	out, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Parse(bytes.NewReader(out))
+	if err != nil || !reflect.DeepEqual(c, again) {
+		t.Fatalf("written back and read again: %v\n%+v\n%+v", err, c, again)
+	}
+}
