@@ -53,6 +53,11 @@ func (b *Backend) Probe(ctx context.Context) sandbox.Capability {
 		if d.hybrid {
 			feats = append(feats, "crun-hybrid-workaround")
 		}
+		if n, err := ensureInotifyBudget(b.cfg.Slots); err != nil {
+			b.cfg.Logger.Warn("host root's inotify budget is shared by every sandbox and could not be raised", "budget", n, "err", err)
+		} else {
+			feats = append(feats, fmt.Sprintf("inotify-budget=%d", n))
+		}
 		egress := b.egressOn()
 		if b.egressOn() {
 			feats = append(feats, "egress-slot")

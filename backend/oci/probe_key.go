@@ -46,6 +46,10 @@ func (b *Backend) Adopt(_ context.Context, capa sandbox.Capability) error {
 		d.restoreCheck = slices.Contains(capa.Features, restoreCheckFeature)
 		for _, dp := range b.platforms(d) {
 			if dp.accel == capa.Accel {
+				if _, err := ensureInotifyBudget(b.cfg.Slots); err != nil {
+					// A fresh boot keeps the probe key but not the sysctl.
+					b.cfg.Logger.Warn("host root's inotify budget is shared by every sandbox and could not be raised", "err", err)
+				}
 				b.mu.Lock()
 				b.driver = dp
 				b.mu.Unlock()
