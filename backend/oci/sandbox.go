@@ -52,6 +52,7 @@ type Sandbox struct {
 
 	mu      sync.Mutex
 	used    bool
+	sess    *session                      // set by Open (session.go)
 	tenant  *cgroup.Group                 // sandboxCgroup; claim writes the tenant's limits here
 	written cgroup.Limits                 // what tenant enforces now
 	leaf    *cgroup.Group                 // poolCgroup, the runtime's
