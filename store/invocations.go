@@ -125,10 +125,14 @@ func (s *Store) Get(id string) (Invocation, error) {
 }
 
 // Each calls fn for every record, in id order, inside one read transaction.
-func (s *Store) Each(fn func(Invocation) error) error {
+func (s *Store) Each(fn func(Invocation) error) error { return eachIn(s, bucketInvocations, fn) }
+
+// eachIn calls fn for every record of type T in bucket, in key order,
+// inside one read transaction.
+func eachIn[T any](s *Store, bucket []byte, fn func(T) error) error {
 	return s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketInvocations).ForEach(func(_, v []byte) error {
-			var rec Invocation
+		return tx.Bucket(bucket).ForEach(func(_, v []byte) error {
+			var rec T
 			if err := json.Unmarshal(v, &rec); err != nil {
 				return err
 			}
@@ -170,14 +174,21 @@ func (s *Store) Purge(cutoff time.Time) (int, error) {
 	return s.purgeWhere(func(rec *Invocation) bool { return rec.State.Terminal() && rec.Created.Before(cutoff) })
 }
 
-// purgeWhere deletes, in one transaction, the records dead selects.
+// purgeWhere deletes, in one transaction, the invocation records dead
+// selects.
 func (s *Store) purgeWhere(dead func(*Invocation) bool) (int, error) {
+	return purgeBucket(s, bucketInvocations, dead)
+}
+
+// purgeBucket deletes, in one transaction, the records of type T in bucket
+// that dead selects, and returns how many.
+func purgeBucket[T any](s *Store, bucket []byte, dead func(*T) bool) (int, error) {
 	n := 0
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bucketInvocations)
+		bk := tx.Bucket(bucket)
 		var keys [][]byte
 		err := bk.ForEach(func(k, v []byte) error {
-			var rec Invocation
+			var rec T
 			if err := json.Unmarshal(v, &rec); err != nil {
 				return err
 			}
