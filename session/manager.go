@@ -26,10 +26,10 @@ type Held struct {
 	Release func() error
 }
 
-// Acquire leases the sandbox of one new session: the daemon's admission
-// and pool, for the backend it selected. ctx bounds the wait and the
-// preparation only.
-type Acquire func(ctx context.Context) (Held, error)
+// Acquire leases the sandbox of one new session, to be claimed for c: the
+// daemon's admission and pool, for the backend it selected. ctx bounds the
+// wait and the preparation only.
+type Acquire func(ctx context.Context, c *sandbox.Claim) (Held, error)
 
 // Config configures a Manager. It is read once, by New.
 type Config struct {
@@ -173,7 +173,7 @@ func (m *Manager) remove(l *live) {
 
 // open leases l's sandbox and claims it for c.
 func (m *Manager) open(ctx context.Context, l *live, c *sandbox.Claim, acquire Acquire) error {
-	held, err := acquire(ctx)
+	held, err := acquire(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -458,26 +458,28 @@ func (m *Manager) snapshot() []*live {
 // interrupted (daemon-restart), never silently dropped. It returns their
 // ids; call it before the first Create.
 func (m *Manager) Recover(now time.Time) ([]string, error) {
-	var ids []string
+	var recs []store.Session
 	err := m.st.EachSession(func(rec store.Session) error {
 		if !rec.State.Terminal() {
-			ids = append(ids, rec.ID)
+			recs = append(recs, rec)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("session: recover: %w", err)
 	}
+	var ids []string
 	var errs []error
-	for _, id := range ids {
-		err := m.st.UpdateSession(id, func(r *store.Session) error {
+	for _, rec := range recs {
+		err := m.st.UpdateSession(rec.ID, func(r *store.Session) error {
 			return transition(r, store.SessionInterrupted, ReasonRestart, now)
 		})
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		m.log.Warn("session interrupted", "id", id, "reason", ReasonRestart)
+		ids = append(ids, rec.ID)
+		m.log.Warn("session interrupted", "id", rec.ID, "tenant", rec.Tenant, "backend", rec.Backend, "reason", ReasonRestart)
 	}
 	return ids, errors.Join(errs...)
 }

@@ -92,7 +92,7 @@ func newFixture(t *testing.T, quota int) *fixture {
 	return fx
 }
 
-func (fx *fixture) acquire(ctx context.Context) (Held, error) {
+func (fx *fixture) acquire(ctx context.Context, _ *sandbox.Claim) (Held, error) {
 	b := &fakeBox{}
 	fx.boxes = append(fx.boxes, b)
 	return Held{Sandbox: b, Release: func() error { return b.Destroy(ctx) }}, nil
@@ -282,7 +282,7 @@ func TestBackendFailureEndsSession(t *testing.T) {
 func TestCreateFailureIsRecorded(t *testing.T) {
 	fx := newFixture(t, 1)
 	boom := sandbox.Errorf(sandbox.BackendFailure, "", "no sandbox")
-	_, err := fx.m.Create(context.Background(), "acme", "container", Spec{Policy: untrusted}, func(context.Context) (Held, error) { return Held{}, boom })
+	_, err := fx.m.Create(context.Background(), "acme", "container", Spec{Policy: untrusted}, func(context.Context, *sandbox.Claim) (Held, error) { return Held{}, boom })
 	if err != boom {
 		t.Fatalf("got %v", err)
 	}

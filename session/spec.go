@@ -51,6 +51,16 @@ func (sp Spec) withDefaults() (Spec, error) {
 	return sp, nil
 }
 
+// Validate checks sp for a session of tenant without side effects, as
+// Create does first: bad input is BadInput naming its field.
+func (sp Spec) Validate(tenant string) error {
+	sp, err := sp.withDefaults()
+	if err != nil {
+		return err
+	}
+	return sp.claim(newID(), tenant).Validate()
+}
+
 // claim is sp's sandbox claim for session id of tenant.
 func (sp Spec) claim(id, tenant string) *sandbox.Claim {
 	return &sandbox.Claim{ID: id, Tenant: tenant, Image: sp.Image, Limits: sp.Limits, Policy: sp.Policy, Resources: sp.Resources}
