@@ -32,7 +32,7 @@ const ociTemplates = "/var/cache/wovyr-test/oci/images"
 // has it (main.py), else busybox (main.sh). Its certification is a stub for
 // its exact key: the escape battery certifies the real configuration in
 // backend/oci; this test is about the session path through the API.
-func containerSessions(t *testing.T, img *string) func(dir string, st *store.Store) []sandbox.Backend {
+func containerSessions(t testing.TB, img *string) func(dir string, st *store.Store) []sandbox.Backend {
 	return func(dir string, st *store.Store) []sandbox.Backend {
 		t.Helper()
 		*img = "busybox"
