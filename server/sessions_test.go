@@ -26,12 +26,12 @@ import (
 // harness's state dir links its templates from it.
 const ociTemplates = "/var/cache/wovyr-test/oci/images"
 
-// containerSessions returns the harness's extra backend: a pooled
-// container backend in the harness's state dir, with the agent built into
-// it, and the image the agent-style scenario uses — python when the cache
+// containerSessions returns the harness's extra backends: pooled container
+// and gVisor backends in the harness's state dir, with the agent built
+// into it, and the image the agent-style scenario uses — python when the cache
 // has it (main.py), else busybox (main.sh). Its certification is a stub for
-// its exact key: the escape battery certifies the real configuration in
-// backend/oci; this test is about the session path through the API.
+// each exact key: the escape battery certifies the real configurations in
+// backend/oci; these tests are about the session path through the API.
 func containerSessions(t testing.TB, img *string) func(dir string, st *store.Store) []sandbox.Backend {
 	return func(dir string, st *store.Store) []sandbox.Backend {
 		t.Helper()
@@ -59,20 +59,25 @@ func containerSessions(t testing.TB, img *string) func(dir string, st *store.Sto
 		if out, err := build.CombinedOutput(); err != nil {
 			t.Fatalf("build wovyr-guest: %v\n%s", err, out)
 		}
-		b, err := oci.NewContainer(oci.Config{StateDir: dir, Agent: guest, Pooled: true, Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
+		cfg := oci.Config{StateDir: dir, Agent: guest, Pooled: true, Logger: slog.New(slog.DiscardHandler)}
+		var out []sandbox.Backend
+		for _, mk := range []func(oci.Config) (*oci.Backend, error){oci.NewContainer, oci.NewGVisor} {
+			b, err := mk(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			capa := b.Probe(context.Background())
+			if !capa.Available {
+				t.Fatalf("%s backend unavailable: %s", b.Name(), capa.Reason)
+			}
+			rec := cert.Record{Key: cert.Key{Backend: b.Name(), RuntimeVersion: capa.Version, Kernel: cert.Kernel(), ConfigHash: capa.ConfigHash},
+				Passed: true, Outcomes: []cert.Outcome{{ID: 1, Name: "stub for the session API test", Applies: true, Pass: true, ControlFlagged: true}}, At: time.Now()}
+			if err := st.PutCert(rec); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, b)
 		}
-		capa := b.Probe(context.Background())
-		if !capa.Available {
-			t.Fatalf("container backend unavailable: %s", capa.Reason)
-		}
-		rec := cert.Record{Key: cert.Key{Backend: b.Name(), RuntimeVersion: capa.Version, Kernel: cert.Kernel(), ConfigHash: capa.ConfigHash},
-			Passed: true, Outcomes: []cert.Outcome{{ID: 1, Name: "stub for the session API test", Applies: true, Pass: true, ControlFlagged: true}}, At: time.Now()}
-		if err := st.PutCert(rec); err != nil {
-			t.Fatal(err)
-		}
-		return []sandbox.Backend{b}
+		return out
 	}
 }
 
@@ -93,18 +98,38 @@ func scenario(img string) (file, prog string, data []byte) {
 func TestSessionEndToEnd(t *testing.T) {
 	var img string
 	h := newHarnessWith(t, testConfig(), "", containerSessions(t, &img))
+	t.Logf("image %s", img)
+	// Trusted's floor is native, which cannot hold a session: Select
+	// takes the weakest backend at or above it that can. Untrusted's is
+	// gVisor.
+	for _, c := range []struct {
+		trust   sandbox.TrustClass
+		backend string
+	}{{sandbox.Trusted, "container"}, {sandbox.Untrusted, "gvisor"}} {
+		t.Run(c.backend, func(t *testing.T) { agentScenario(t, h, img, c.trust, c.backend) })
+	}
+	// Hostile's floor is microVM, which this harness lacks: 409, and
+	// nothing recorded.
+	_, err := h.client(aliceToken).CreateSession(context.Background(), &client.SessionRequest{Policy: sandbox.Policy{Trust: sandbox.Hostile}})
+	var ce *client.Error
+	if !errAs(err, &ce) || ce.Status != 409 || ce.Code != sandbox.FloorUnmet || ce.Message != "floor-unmet: no usable backend at or above microvm for a session workload: no backend is registered at that strength" {
+		t.Fatalf("hostile session: %v", err)
+	}
+	if l, _ := h.client(aliceToken).Sessions(context.Background()); len(l) != 2 {
+		t.Fatalf("%d sessions recorded, want the scenario's 2", len(l))
+	}
+}
+
+// agentScenario is TestSessionEndToEnd's scenario on one backend.
+func agentScenario(t *testing.T, h *harness, img string, trust sandbox.TrustClass, backend string) {
 	ctx := context.Background()
 	alice, bob := h.client(aliceToken), h.client(bobToken)
-	t.Logf("image %s", img)
-
-	// Trusted's floor is native, which cannot hold a session: Select
-	// takes the weakest backend at or above it that can.
-	s, err := alice.CreateSession(ctx, &client.SessionRequest{Image: img, Policy: sandbox.Policy{Trust: sandbox.Trusted},
+	s, err := alice.CreateSession(ctx, &client.SessionRequest{Image: img, Policy: sandbox.Policy{Trust: trust},
 		Limits: sandbox.Limits{Wall: 20 * time.Second}, IdleTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.State != client.SessionRunning || s.Backend != "container" || s.Tenant != "alice" || len(s.ID) != 32 || s.IdleTimeout != time.Minute {
+	if s.State != client.SessionRunning || s.Backend != backend || s.Tenant != "alice" || len(s.ID) != 32 || s.IdleTimeout != time.Minute {
 		t.Fatalf("created %+v", s)
 	}
 	name, prog, data := scenario(img)
@@ -113,7 +138,7 @@ func TestSessionEndToEnd(t *testing.T) {
 	}
 	sbID := sessionSandbox(t, h.dir, name)
 	res, err := alice.Exec(ctx, s.ID, &sandbox.Exec{Argv: []string{prog, name, "agent"}})
-	if err != nil || res.ExitCode != 0 || string(res.Stdout) != "hello agent\n" || res.Backend != "container" {
+	if err != nil || res.ExitCode != 0 || string(res.Stdout) != "hello agent\n" || res.Backend != backend {
 		t.Fatalf("first exec: %+v %v", res, err)
 	}
 	res, err = alice.Exec(ctx, s.ID, &sandbox.Exec{Argv: []string{"cat", "out.txt"}})
@@ -175,8 +200,8 @@ func TestSessionEndToEnd(t *testing.T) {
 	if resp.StatusCode != 400 || !strings.Contains(string(body), `"field":"idle_timeout"`) {
 		t.Errorf("negative idle_timeout: %d %s", resp.StatusCode, body)
 	}
-	if l, _ := alice.Sessions(ctx); len(l) != 1 {
-		t.Fatalf("alice has %d sessions after the bad requests", len(l))
+	if v, _ := alice.Session(ctx, s.ID); v.State != client.SessionRunning || v.Execs != 2 {
+		t.Fatalf("the session after the bad requests: %+v", v)
 	}
 	if ents, _ := alice.ListFiles(ctx, s.ID, ""); len(ents) != 2 {
 		t.Fatalf("workspace after the bad requests: %+v", ents)
