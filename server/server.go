@@ -9,10 +9,16 @@
 // id ends done, failed or — if the daemon dies — lost, which start-up
 // records (Run) before it serves anything.
 //
+// Sessions (/v1/sessions, sessions.go) take the same first steps —
+// authenticate, rate guard, validate, Select (kind session), admission —
+// then package session holds them: a sandbox leased from the same pools,
+// many execs and file operations, ended on delete, idle timeout or
+// lifetime, and recorded interrupted when the daemon stops or restarts.
+//
 // What it refuses to do: re-run an invocation that was running when the
 // daemon died (the caller decides; it reads lost/daemon-restart), let a
-// tenant see another's invocations (404, not 403, so ids do not leak), or
-// map errors to statuses anywhere but statusOf.
+// tenant see another's invocations or sessions (404, not 403, so ids do
+// not leak), or map errors to statuses anywhere but statusOf.
 package server
 
 import (
