@@ -80,17 +80,26 @@ func (s *Store) Update(id string, fn func(*Invocation) error) error {
 
 // update applies fn to id inside tx; it fails before writing anything.
 func (s *Store) update(tx *bolt.Tx, id string, fn func(*Invocation) error) error {
-	bk := tx.Bucket(bucketInvocations)
+	return updateIn(tx, bucketInvocations, "invocation", id, func(r *Invocation) (bool, string) {
+		return r.State.Terminal(), string(r.State)
+	}, fn)
+}
+
+// updateIn applies fn to the record id of type T (a what) in bucket,
+// inside tx, unless state says the record is terminal (and names its
+// state); it fails before writing anything.
+func updateIn[T any](tx *bolt.Tx, bucket []byte, what, id string, state func(*T) (bool, string), fn func(*T) error) error {
+	bk := tx.Bucket(bucket)
 	raw := bk.Get([]byte(id))
 	if raw == nil {
-		return fmt.Errorf("%w: invocation %s", ErrNotFound, id)
+		return fmt.Errorf("%w: %s %s", ErrNotFound, what, id)
 	}
-	var rec Invocation
+	var rec T
 	if err := json.Unmarshal(raw, &rec); err != nil {
 		return err
 	}
-	if rec.State.Terminal() {
-		return fmt.Errorf("store: invocation %s is already %s", id, rec.State)
+	if done, name := state(&rec); done {
+		return fmt.Errorf("store: %s %s is already %s", what, id, name)
 	}
 	if err := fn(&rec); err != nil {
 		return err

@@ -72,26 +72,9 @@ func (s *Store) BeginSession(rec Session) error {
 // anything.
 func (s *Store) UpdateSession(id string, fn func(*Session) error) error {
 	return s.commit(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bucketSessions)
-		raw := bk.Get([]byte(id))
-		if raw == nil {
-			return fmt.Errorf("%w: session %s", ErrNotFound, id)
-		}
-		var rec Session
-		if err := json.Unmarshal(raw, &rec); err != nil {
-			return err
-		}
-		if rec.State.Terminal() {
-			return fmt.Errorf("store: session %s is already %s", id, rec.State)
-		}
-		if err := fn(&rec); err != nil {
-			return err
-		}
-		b, err := json.Marshal(rec)
-		if err != nil {
-			return err
-		}
-		return bk.Put([]byte(id), b)
+		return updateIn(tx, bucketSessions, "session", id, func(r *Session) (bool, string) {
+			return r.State.Terminal(), string(r.State)
+		}, fn)
 	})
 }
 
