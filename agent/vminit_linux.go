@@ -238,6 +238,9 @@ func enterRoot(rootDev, scratchDev string) error {
 	if err := os.MkdirAll(filepath.Join(merged, GuestWorkDir), 0o755); err != nil {
 		return err
 	}
+	if err := bindGuestAgent(merged); err != nil {
+		return err
+	}
 	if err := unix.Chroot(merged); err != nil {
 		return fmt.Errorf("chroot: %w", err)
 	}
@@ -245,6 +248,27 @@ func enterRoot(rootDev, scratchDev string) error {
 		return err
 	}
 	return sameEnvironment()
+}
+
+// bindGuestAgent makes this binary (the initramfs's /init) visible to jobs
+// at GuestAgentPath, read-only, where an OCI sandbox has it: the battery's
+// prober runs inside the VM as it does in a container (issue #24), and
+// nothing the job does to its copy reaches the init that serves it.
+func bindGuestAgent(root string) error {
+	dst := filepath.Join(root, GuestAgentPath)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(dst, nil, 0o555); err != nil {
+		return err
+	}
+	if err := unix.Mount("/init", dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind the guest agent: %w", err)
+	}
+	if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("bind the guest agent read-only: %w", err)
+	}
+	return nil
 }
 
 // sameEnvironment gives the VM what a container or gVisor sandbox has

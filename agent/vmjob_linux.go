@@ -147,11 +147,45 @@ func runVMJob(ctx context.Context, job VMJob, setupErr error, cg *jobCgroupState
 	if job.Dir == "" {
 		job.Dir = GuestWorkDir
 	}
+	restore, err := lowerRlimits(job.Rlimits)
+	if err != nil {
+		rep.Setup = err.Error()
+		return rep
+	}
 	rep.Reply = execute(ctx, job.Job, cg.attr)
+	if err := restore(); err != nil {
+		rep.Setup = err.Error() // a VM whose agent cannot serve another job: a backend failure
+	}
 	if ev, err := os.ReadFile(jobCgroup + "/memory.events"); err == nil {
 		rep.OOMKilled = eventCount(ev, "oom_kill") > 0
 	}
 	return rep
+}
+
+// lowerRlimits sets the job's rlimits on the agent, which the job inherits
+// at fork, and returns what puts the agent's own back. Unlike a sandbox's
+// agent on the OCI tiers, the guest's serves every job of its VM and is
+// root in it, so it may raise them again once the job has ended.
+func lowerRlimits(limits []Rlimit) (restore func() error, err error) {
+	saved := make([]syscall.Rlimit, len(limits))
+	for i, r := range limits {
+		if err := syscall.Getrlimit(r.Resource, &saved[i]); err != nil {
+			return nil, fmt.Errorf("getrlimit %d: %w", r.Resource, err)
+		}
+	}
+	restore = func() error {
+		var errs []error
+		for i, r := range limits {
+			if err := syscall.Setrlimit(r.Resource, &saved[i]); err != nil {
+				errs = append(errs, fmt.Errorf("restore rlimit %d: %w", r.Resource, err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	if err := SetRlimits(limits); err != nil {
+		return nil, errors.Join(err, restore())
+	}
+	return restore, nil
 }
 
 // prepareJobCgroup creates the job's cgroup at boot, before any tenant:

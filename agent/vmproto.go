@@ -39,6 +39,10 @@ const (
 	// GuestWorkDir is the job's working directory inside the VM: the
 	// same path as on every other tier.
 	GuestWorkDir = sandbox.WorkspaceDir
+
+	// GuestAgentPath is where a job finds the guest binary, read-only: the
+	// path an OCI sandbox mounts it at, so the prober runs alike on both.
+	GuestAgentPath = "/.wovyr/agent"
 )
 
 // VMJob is a Job plus the in-guest limits the guest init applies with a

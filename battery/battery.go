@@ -131,6 +131,9 @@ type Suite struct {
 	// since every probe would "fail" for a reason that says nothing about
 	// the backend's isolation.
 	Prerequisites []Prerequisite
+	// Teardown, if set, releases what the probes shared (a neighbour VM
+	// they all had to leave answering); Run calls it before it returns.
+	Teardown func()
 }
 
 // Prerequisite is one thing the battery needs. Check returns nil when it is
@@ -155,6 +158,9 @@ func (e *NotRunError) Error() string {
 // Run runs the suite and returns the certification record. Progress lines
 // go to progress (nil for none).
 func Run(ctx context.Context, s Suite, progress io.Writer) (cert.Record, error) {
+	if s.Teardown != nil {
+		defer s.Teardown()
+	}
 	b := s.Target.Backend
 	capa := b.Probe(ctx)
 	if !capa.Available {

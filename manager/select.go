@@ -120,5 +120,5 @@ func (m *Manager) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 
 // TemplateFor is the tenant-neutral template an invocation needs.
 func TemplateFor(inv *sandbox.Invocation) sandbox.Template {
-	return sandbox.Template{Kind: inv.Workload.Kind, Image: inv.Workload.Image}
+	return sandbox.Template{Kind: inv.Workload.Kind, Image: inv.Workload.Image, Egress: !inv.Policy.Network.DenyAll()}
 }

@@ -42,5 +42,9 @@ func Shape(l sandbox.Limits) string {
 // KeyFor is the key of the pool for tmpl on backend: the template is named
 // by its kind and image ("command:" for the backend's default image).
 func KeyFor(backend string, tmpl sandbox.Template) Key {
-	return Key{Backend: backend, Template: string(tmpl.Kind) + ":" + tmpl.Image, Shape: Shape(tmpl.Limits)}
+	t := string(tmpl.Kind) + ":" + tmpl.Image
+	if tmpl.Egress {
+		t += "+egress" // its sandboxes differ where the network is fixed at start
+	}
+	return Key{Backend: backend, Template: t, Shape: Shape(tmpl.Limits)}
 }

@@ -54,6 +54,11 @@ type Template struct {
 	Image string       `json:"image,omitempty"` // root filesystem template
 	// Shape is the resource envelope the sandbox is sized for.
 	Limits Limits `json:"limits"`
+	// Egress asks for a sandbox that can carry an egress allowlist: what a
+	// backend whose network is fixed when its sandbox starts (gVisor's
+	// netstack in an egress slot, ADR 0009) must know at Prepare. Which
+	// allowlist, and whose, is still bound only at Run.
+	Egress bool `json:"egress,omitempty"`
 }
 
 // Sandbox is one prepared sandbox. It runs at most one invocation unless the

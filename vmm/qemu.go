@@ -320,17 +320,29 @@ func (q *QEMU) Start(ctx context.Context, s *Spec) (Machine, error) {
 		}
 		cmd.SysProcAttr.Credential = cred
 	}
+	// On cgroup v2 QEMU is born in its group (clone3 CLONE_INTO_CGROUP):
+	// not one allocation of it, nor a thread, is ever outside its limits.
+	var born *os.File
+	if cg != nil && cg.V2Group() {
+		if born, err = os.Open(cg.Dirs()[0]); err != nil {
+			return fail(err, "open the VMM cgroup")
+		}
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(born.Fd())
+	}
 	// Pdeathsig follows the thread that forks QEMU: childproc holds it.
 	child, err := childproc.Start(cmd)
 	closeFiles(files) // QEMU holds its copies now
+	if born != nil {
+		born.Close()
+	}
 	if err != nil {
 		return fail(err, "start "+argv[0])
 	}
 	m.cmd, m.child = cmd, child
 	m.started = time.Now()
-	if cg != nil {
-		// QEMU has only parsed its arguments by now; everything it allocates
-		// for the guest is charged to the cgroup.
+	if cg != nil && born == nil {
+		// cgroup v1: QEMU has only parsed its arguments by now; everything
+		// it allocates for the guest is charged to the cgroup.
 		if err := cg.Add(cmd.Process.Pid); err != nil {
 			m.Kill()
 			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "limit the VMM")

@@ -197,7 +197,7 @@ func (s *vmSandbox) weakCapture() error {
 		return nil
 	}
 	var rep agent.VMReply
-	return roundTrip(s.conn, time.Now().Add(time.Minute), vmJob(canaryInvocation("WOVYR-CANARY-golden"), s.limit), &rep, 1<<20)
+	return roundTrip(s.conn, time.Now().Add(time.Minute), s.b.vmJob(canaryInvocation("WOVYR-CANARY-golden"), s.limit), &rep, 1<<20)
 }
 
 // cloneWeaknesses may snapshot; no other weakened backend does.

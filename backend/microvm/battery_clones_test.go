@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/wovyr/wovyr/battery"
+	"github.com/wovyr/wovyr/cert"
 )
 
 // TestSnapshotBattery runs BATTERY 85, 87 and 88 on clones through
@@ -13,9 +14,17 @@ import (
 // captured after a tenant ran (85), clones never thawed (87, 88) — is
 // flagged.
 func TestSnapshotBattery(t *testing.T) {
-	rows := []int{85, 87, 88}
-	full := Suite(backend(t))
-	s := battery.Suite{Target: full.Target, NotApplicable: map[int]string{}}
+	for _, o := range runRows(t, Suite(backend(t), battery.Suite{}), 85, 87, 88) {
+		t.Logf("row %d: %s | control: %s", o.ID, o.Observed, o.ControlObserved)
+	}
+}
+
+// runRows runs rows of full through battery.Run and fails t for each
+// that did not pass or whose control was not flagged; it returns their
+// outcomes.
+func runRows(t *testing.T, full battery.Suite, rows ...int) []cert.Outcome {
+	t.Helper()
+	s := battery.Suite{Target: full.Target, NotApplicable: map[int]string{}, Teardown: full.Teardown}
 	for _, p := range full.Probes {
 		if slices.Contains(rows, p.ID) {
 			s.Probes = append(s.Probes, p)
@@ -25,21 +34,21 @@ func TestSnapshotBattery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := 0
+	var out []cert.Outcome
 	for _, o := range rec.Outcomes {
 		if !slices.Contains(rows, o.ID) {
 			continue
 		}
-		seen++
+		out = append(out, o)
 		if !o.Pass {
 			t.Errorf("row %d failed: %s: %s", o.ID, o.Tried, o.Observed)
 		}
 		if !o.ControlFlagged {
 			t.Errorf("row %d: its control was not flagged: %s", o.ID, o.ControlObserved)
 		}
-		t.Logf("row %d: %s | control: %s", o.ID, o.Observed, o.ControlObserved)
 	}
-	if seen != len(rows) {
-		t.Errorf("%d rows judged, want %d", seen, len(rows))
+	if len(out) != len(rows) {
+		t.Fatalf("%d rows judged, want %d", len(out), len(rows))
 	}
+	return out
 }

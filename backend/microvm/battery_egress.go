@@ -25,7 +25,7 @@ import (
 // backend probe: 70–81, 83 and 84 (82, unix sockets, is inside the guest).
 var egressRows = []int{70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 83, 84}
 
-// EgressSuite is Suite(b) plus the egress rows, for nodes that have the
+// EgressSuite is Suite(b, controls) plus the egress rows, for nodes that have the
 // egress harness: probe is the static egress probe binary
 // (egresstest.BuildProbe). Each side (target and control) builds a harness
 // (package egresstest: namespaces only, nothing leaves the machine), an
@@ -34,8 +34,8 @@ var egressRows = []int{70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 83, 84}
 // that one run. The target's VM gets its NIC from an egress slot, as in
 // production; the control's (WeakOpenNetwork) sits on the harness's upstream
 // network with nothing in between, which every row must flag.
-func EgressSuite(b *Backend, probe []byte) battery.Suite {
-	s := Suite(b)
+func EgressSuite(b *Backend, controls battery.Suite, probe []byte) battery.Suite {
+	s := Suite(b, controls)
 	// One run per configuration: battery.Run weakens a fresh copy for
 	// every row's control, all with the same configuration hash.
 	var mu sync.Mutex

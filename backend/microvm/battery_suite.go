@@ -16,10 +16,13 @@ import (
 
 // Suite is the battery suite that certifies b (`wovyr certify --backend
 // microvm`): the microVM probes that look at the VMM from the host and at
-// what crosses the VM boundary, each run on the target and on a weakened
-// copy (Weakened), and why the remaining rows naming M do not apply. The
-// run boots about ten VMs; probes sharing a VM share one boot per backend.
-func Suite(b *Backend) battery.Suite {
+// what crosses the VM boundary, the contained probes run inside the guest
+// and judged from the host (battery_guest.go), each run on the target and
+// on a weakened copy (Weakened) or, for what no VM configuration weakens,
+// on the weakened copy of controls' backend (the container suite), and why
+// the remaining rows naming M do not apply. Probes sharing a VM share one
+// boot per backend.
+func Suite(b *Backend, controls battery.Suite) battery.Suite {
 	type check struct {
 		id   int
 		weak battery.Weakness
@@ -109,9 +112,13 @@ func Suite(b *Backend) battery.Suite {
 	for _, c := range cloneChecks() {
 		checks = append(checks, check(c))
 	}
-	s := battery.Suite{Target: battery.Target{Backend: b}, NotApplicable: notApplicable(b.cfg.Network != nil)}
+	s := battery.Suite{Target: guestTarget(b), NotApplicable: notApplicable(b.cfg.Network != nil), Teardown: b.teardownNeighbour}
 	for _, c := range checks {
 		s.Probes = append(s.Probes, vmProbe(c.id, c.weak, c.run))
+	}
+	s.Probes = append(s.Probes, guestProbes(b, controls)...)
+	for _, p := range s.Probes {
+		delete(s.NotApplicable, p.ID)
 	}
 	return s
 }
@@ -146,6 +153,10 @@ type batteryCache struct {
 	postErr error
 	a       *tenantARun
 	clones  *cloneRun
+
+	nbMu  sync.Mutex
+	nb    *vmSandbox // the contained probes' neighbour VM (battery_watch.go)
+	pings int
 }
 
 // postureObs inspects (once per backend) a running warm VM of b.
@@ -153,9 +164,7 @@ func (b *Backend) postureObs(ctx context.Context, tried string, pick func(findin
 	b.bat.mu.Lock()
 	defer b.bat.mu.Unlock()
 	if b.bat.posture == nil && b.bat.postErr == nil {
-		warm := &Backend{cfg: b.cfg, probe: b.probe, disks: b.disks}
-		warm.cfg.Warm = true
-		s, err := warm.Prepare(ctx, probeTemplate())
+		s, err := b.warmSibling().Prepare(ctx, probeTemplate())
 		if err != nil {
 			b.bat.postErr = err
 		} else {
@@ -229,7 +238,7 @@ func tenantAInvocation(canary string) *sandbox.Invocation {
 // with an egress service (withNet) gives VMs a NIC: its egress rows apply
 // and only EgressSuite, which has the harness, can probe them.
 func notApplicable(withNet bool) map[int]string {
-	const guest = "runs inside the guest, whose root is the tenant's by design (BATTERY.md: on M the boundary is the VMM); the host side of the VMM is probes 1, 4, 5, 6"
+	const guest = "its secure outcome (a refusal, a masked path, a read-only file) is one the guest kernel's root, the tenant by design, chooses for itself (BATTERY.md: on M the boundary is the VMM); what can cross it is probed inside the guest and judged from the host: every kernel-surface attempt must be served by the guest's kernel (13, 20, 25, 28-36, 38-40), the limits and resource rows are bounded host-side (44-55, 60), and the VMM's host side is probes 1, 4, 5, 6"
 	noNIC := "a microVM has no network device (probe 6 lints the VMM argv for any NIC) and any allow rule is refused as policy-unenforceable"
 	if withNet {
 		noNIC = "a VM's only network is a tap in its egress slot, by descriptor (probe 6 lints the VMM argv): whatever the guest opens leaves through the host-side table, stub and proxy, which bound and judge it (egress rows 70-81 via EgressSuite)"

@@ -55,7 +55,7 @@ func BenchmarkMicroVM(b *testing.B) {
 		vs := s.(*vmSandbox)
 		l := sandbox.Limits{}.WithDefaults()
 		for i := range warmCalls {
-			job := vmJob(inv("/bin/true"), l)
+			job := warmBe.vmJob(inv("/bin/true"), l)
 			job.ID = "w" + string(rune('a'+i%26))
 			var rep agent.VMReply
 			t0 := time.Now()

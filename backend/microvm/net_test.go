@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -129,37 +128,11 @@ func assertNoCanary(t *testing.T, rig *egresstest.Rig) {
 // the tenant's allowlist; the control, a VM on the harness's upstream
 // network with nothing in between, is flagged on every row. Two boots.
 func TestEgressBattery(t *testing.T) {
-	ctx := context.Background()
 	b := backend(t)
-	full := EgressSuite(b, probeFile(t).Data)
-	s := battery.Suite{Target: full.Target, NotApplicable: map[int]string{}}
-	for _, p := range full.Probes {
-		if slices.Contains(egressRows, p.ID) {
-			s.Probes = append(s.Probes, p)
-		}
-	}
-	rec, err := battery.Run(ctx, s, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := 0
-	for _, o := range rec.Outcomes {
-		if !slices.Contains(egressRows, o.ID) {
-			continue
-		}
-		seen++
-		if !o.Pass {
-			t.Errorf("row %d failed: %s: %s", o.ID, o.Tried, o.Observed)
-		}
-		if !o.ControlFlagged {
-			t.Errorf("row %d: the unfiltered control was not flagged: %s", o.ID, o.ControlObserved)
-		}
+	for _, o := range runRows(t, EgressSuite(b, battery.Suite{}, probeFile(t).Data), egressRows...) {
 		if o.ID == 70 && !regexp.MustCompile(`gw=(10\.213\.0\.\d+) default via (10\.213\.0\.\d+) dev eth0`).MatchString(o.Tried) {
 			t.Errorf("the guest's resolver and route are not its slot's gateway: %s", o.Tried)
 		}
-	}
-	if seen != len(egressRows) {
-		t.Errorf("%d egress rows judged, want %d", seen, len(egressRows))
 	}
 	if left, err := netns.List("wovyr-" + egressTag + "-"); err != nil || len(left) > 0 {
 		t.Errorf("harness or slot namespaces survive: %v %v", left, err)

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/wovyr/wovyr/agent"
 	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/sandbox"
@@ -30,7 +32,7 @@ func (s *vmSandbox) runOneShot(ctx context.Context, inv *sandbox.Invocation) (*s
 			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "scratch disk")
 		}
 	}
-	job := vmJob(inv, l)
+	job := s.b.vmJob(inv, l)
 	jobDisk, resultDisk := filepath.Join(s.dir, "job.img"), filepath.Join(s.dir, "result.img")
 	if err := writeJobDisk(jobDisk, job); err != nil {
 		return nil, err
@@ -42,7 +44,7 @@ func (s *vmSandbox) runOneShot(ctx context.Context, inv *sandbox.Invocation) (*s
 	if err := os.Truncate(resultDisk, resultSize); err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "result disk")
 	}
-	spec := s.b.spec(s.p, s.p.accel, "vm-"+s.id, agent.ModeOneShot, l.Memory+s.b.cfg.GuestOverhead)
+	spec := s.b.spec(s.p, s.p.accel, "vm-"+s.id, agent.ModeOneShot, s.b.guestRAM(l.Memory))
 	spec.UID, spec.GID = s.uid, s.gid
 	if err := s.oneShotNet(ctx, inv); err != nil {
 		return nil, err
@@ -104,8 +106,10 @@ func (s *vmSandbox) runOneShot(ctx context.Context, inv *sandbox.Invocation) (*s
 	return res, nil
 }
 
-// vmJob turns an invocation into the guest's job.
-func vmJob(inv *sandbox.Invocation, l sandbox.Limits) agent.VMJob {
+// vmJob turns an invocation into the guest's job: its limits inside the
+// VM (the job cgroup's memory and pids, the rlimits the agent sets, the
+// wall deadline) less whatever a positive control's weakness drops.
+func (b *Backend) vmJob(inv *sandbox.Invocation, l sandbox.Limits) agent.VMJob {
 	id := inv.ID
 	if id == "" {
 		id = "job"
@@ -114,11 +118,30 @@ func vmJob(inv *sandbox.Invocation, l sandbox.Limits) agent.VMJob {
 	for i, f := range inv.Workload.Files {
 		files[i] = agent.File{Path: f.Path, Data: f.Data, Mode: f.Mode}
 	}
-	return agent.VMJob{
+	job := agent.VMJob{
 		Job: agent.Job{ID: id, Argv: inv.Workload.Argv, Env: inv.Workload.Env, Dir: agent.GuestWorkDir,
-			Stdin: inv.Workload.Stdin, Files: files, Wall: l.Wall, Output: l.Output},
+			Stdin: inv.Workload.Stdin, Files: files, Wall: l.Wall, Output: l.Output,
+			Rlimits: []agent.Rlimit{
+				{Resource: unix.RLIMIT_NOFILE, Cur: uint64(l.NoFile), Max: uint64(l.NoFile)},
+				{Resource: unix.RLIMIT_CORE},
+			}},
 		Memory: l.Memory, Pids: l.Pids,
 	}
+	switch b.cfg.weak {
+	case battery.NoRlimits:
+		job.Rlimits = nil
+	case battery.NoPidsLimit:
+		job.Pids = 0
+	case battery.NoMemoryLimit:
+		job.Memory = 0
+	case battery.NoDeadline:
+		job.Wall = 0
+	case battery.InheritEnv:
+		job.Env = append(os.Environ(), job.Env...)
+	case battery.TraceStopAsExit:
+		job.TraceStopIsExit = true
+	}
+	return job
 }
 
 func writeJobDisk(path string, job agent.VMJob) error {

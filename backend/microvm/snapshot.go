@@ -156,7 +156,7 @@ func (b *Backend) loadGolden(store *snapshot.Store, key snapshot.Key, tmpl sandb
 func (b *Backend) capture(ctx context.Context, p *probed, store *snapshot.Store, key snapshot.Key, tmpl sandbox.Template) (*golden, error) {
 	started := time.Now()
 	l := tmpl.Limits.WithDefaults()
-	ram, err := snapshot.NewMemory("wovyr-golden", l.Memory+b.cfg.GuestOverhead)
+	ram, err := snapshot.NewMemory("wovyr-golden", b.guestRAM(l.Memory))
 	if err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "golden RAM")
 	}

@@ -22,7 +22,7 @@ const warmGrace = 5 * time.Second
 // warmSpec is the spec of a warm VM, booted or restored: a clone's must
 // match its golden's device for device.
 func (s *vmSandbox) warmSpec() *vmm.Spec {
-	spec := s.b.spec(s.p, s.p.accel, "vm-"+s.id, agent.ModeWarm, s.limit.Memory+s.b.cfg.GuestOverhead)
+	spec := s.b.spec(s.p, s.p.accel, "vm-"+s.id, agent.ModeWarm, s.b.guestRAM(s.limit.Memory))
 	spec.UID, spec.GID = s.uid, s.gid
 	spec.Disks = []vmm.Disk{
 		{Path: s.root, Serial: agent.SerialRoot, ReadOnly: true},
@@ -87,7 +87,7 @@ func (s *vmSandbox) bootWarm(ctx context.Context, ram *os.File) error {
 // interpreter's modules read in) is what every golden of it keeps.
 func (s *vmSandbox) warmUp(conn net.Conn, deadline time.Time) error {
 	var rep agent.VMReply
-	job := vmJob(&sandbox.Invocation{ID: "warmup", Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: []string{"true"}}}, s.limit)
+	job := s.b.vmJob(&sandbox.Invocation{ID: "warmup", Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: []string{"true"}}}, s.limit)
 	if err := roundTrip(conn, deadline, job, &rep, 1<<20); err != nil {
 		return sandbox.Wrap(sandbox.BackendFailure, err, "warm VM %s failed its warm-up job", s.id)
 	}
@@ -95,7 +95,7 @@ func (s *vmSandbox) warmUp(conn net.Conn, deadline time.Time) error {
 		return nil
 	}
 	rep = agent.VMReply{}
-	job = vmJob(&sandbox.Invocation{ID: "warmup-template", Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: s.warmup}}, s.limit)
+	job = s.b.vmJob(&sandbox.Invocation{ID: "warmup-template", Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: s.warmup}}, s.limit)
 	if err := roundTrip(conn, deadline, job, &rep, 1<<20); err != nil {
 		return sandbox.Wrap(sandbox.BackendFailure, err, "warm VM %s failed its template's warm-up", s.id)
 	}
@@ -121,7 +121,7 @@ func (s *vmSandbox) runWarm(ctx context.Context, inv *sandbox.Invocation) (*sand
 			return nil, err
 		}
 	}
-	job := vmJob(inv, l)
+	job := s.b.vmJob(inv, l)
 	res := &sandbox.Result{ID: inv.ID, Backend: s.b.Name(), Accel: string(s.p.accel)}
 	res.Timings.Started = time.Now()
 	deadline := res.Timings.Started.Add(l.Wall + warmGrace)

@@ -15,7 +15,12 @@ import (
 // beside battery.RunAsRoot (QEMU as root without -sandbox), SharedUID (all
 // VMs as one account), NoRlimits (no cgroup, no rlimits), NoDiskQuota (a
 // 512 MiB scratch disk whatever the limit) and NoOutputCap (the caller's
-// cap ignored).
+// cap ignored), and the in-guest ones of the contained probes
+// (battery_guest.go): NoPidsLimit and NoMemoryLimit (no such limit on the
+// job's cgroup in the VM, and for memory a VM of at least weakRAM),
+// NoDeadline (the guest agent not told the wall limit) and InheritEnv (the
+// host's environment given to the job), TraceStopAsExit (the guest agent
+// takes a job leader's ptrace-stop for its exit).
 const (
 	WeakWorldReadable battery.Weakness = "world-readable-vm-files" // per-VM dir 0755, disks 0644
 	WeakReusedScratch battery.Weakness = "reused-scratch-disk"     // a VM gets the previous VM's scratch disk
@@ -31,7 +36,9 @@ const (
 var weaknesses = map[battery.Weakness]bool{
 	battery.RunAsRoot: true, battery.SharedUID: true, battery.NoRlimits: true,
 	battery.NoDiskQuota: true, battery.NoOutputCap: true,
-	WeakWorldReadable: true, WeakReusedScratch: true, WeakProbeSelf: true, WeakOpenNetwork: true,
+	battery.NoPidsLimit: true, battery.NoMemoryLimit: true, battery.NoDeadline: true, battery.InheritEnv: true,
+	battery.TraceStopAsExit: true,
+	WeakWorldReadable:       true, WeakReusedScratch: true, WeakProbeSelf: true, WeakOpenNetwork: true,
 	WeakTenantGolden: true, WeakNoThaw: true,
 }
 
@@ -70,6 +77,19 @@ func (b *Backend) weakSpec(s *vmm.Spec) {
 		s.Limits = vmm.Limits{Unlimited: true}
 	}
 }
+
+// guestRAM is the VM's memory for a job's memory limit: the limit plus
+// the guest's own overhead. Without a memory limit (NoMemoryLimit, whose
+// job cgroup has none) the VM gets at least weakRAM, so that a job can
+// outgrow its limit instead of meeting the VM's size.
+func (b *Backend) guestRAM(limit int64) int64 {
+	if b.cfg.weak == battery.NoMemoryLimit {
+		limit = max(limit, weakRAM)
+	}
+	return limit + b.cfg.GuestOverhead
+}
+
+const weakRAM = 512 << 20
 
 // scratchSize is the scratch disk for a disk limit.
 func (b *Backend) scratchSize(limit int64) int64 {

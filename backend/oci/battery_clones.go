@@ -245,6 +245,6 @@ func cloneProbes(b *Backend) []battery.Probe {
 // cloneNotApplicable are the snapshot rows that do not apply to gVisor.
 var cloneNotApplicable = map[int]string{
 	88: "the Sentry reads the host's clock on every call: a clone has no clock of its own to lag, and the host refuses a clone whose re-executed agent's clock is more than 50 ms off its own (checkThaw; TestGVisorCloneIsItsOwnAndCarriesNothing reads clones' clocks); no configuration builds a clone with a clock of its own, so no control can flag",
-	89: "a gVisor sandbox runs --network=none: loopback only, no address, MAC, connection or cache of a network to carry (TestGVisorCloneEgressDenied)",
-	91: "no credential enters a gVisor sandbox: non-empty allowlists are refused (ADR 0009), so no proxy credential or token is ever in one, and a golden is captured before any invocation (row 85 checks that nothing of a tenant's is in it)",
+	89: "a gVisor clone runs --network=none: loopback only, no address, MAC, connection or cache of a network to carry (TestGVisorCloneEgressDenied); an allowlist's sandbox is never a clone (Template.Egress has no golden: its netstack starts in its slot at Run)",
+	91: "no credential enters a gVisor sandbox: an allowlist is enforced host-side by its slot (no proxy credential or token in the sandbox), and a golden is captured before any invocation (row 85 checks that nothing of a tenant's is in it)",
 }

@@ -82,7 +82,7 @@ func runEgressTable(ctx context.Context, tb *Backend, img string) *egresstest.Ta
 	}
 	return egresstest.RunTable(ctx, egressTag, img, probe, func(svc *egress.Service) func(context.Context) (egresstest.Prepared, error) {
 		c := tb.withNetwork(svc)
-		tmpl := sandbox.Template{Kind: sandbox.KindCommand, Image: img, Limits: sandbox.Limits{Pids: 512, Disk: 64 << 20}}
+		tmpl := sandbox.Template{Kind: sandbox.KindCommand, Image: img, Limits: sandbox.Limits{Pids: 512, Disk: 64 << 20}, Egress: true}
 		return func(ctx context.Context) (egresstest.Prepared, error) {
 			sb, err := c.Prepare(ctx, tmpl)
 			if err != nil {

@@ -18,10 +18,7 @@ import (
 )
 
 // Kernel attack surface (BATTERY.md rows 13, 20, 25, 28–36, 38–40): the
-// prober's "sys" and "sweep" probes make raw system calls with arguments
-// that are invalid only *past* the kernel's permission check, so a call
-// that reaches the kernel shows as EINVAL/ENOENT/EFAULT or success and a
-// refused one as EPERM/EACCES/ENOSYS.
+// attempts of battery.KernelAttempts, each judged by what came back.
 //
 // Secure outcome per backend:
 //   - container (runc/crun): EPERM from the seccomp profile (seccomp.go,
@@ -51,46 +48,46 @@ func kernelProbes(b *Backend) []battery.Probe {
 		return n > 0
 	}
 	ps := []battery.Probe{
-		{ID: 13, Weakness: HostPrivileged, Run: sysProbe("name_to_handle_at on /, open_by_handle_at with it and with Shocker's inode-2 handle", []string{"sys", "shocker"},
+		{ID: 13, Weakness: HostPrivileged, Run: sysProbe(kernelAttempt(13),
 			func(d map[string]string) bool { return all(d, "open_by_handle_at", refused...) })},
-		{ID: 20, Weakness: HostPrivileged, Run: sysProbe("CVE-2022-0492: clone a user+mount+cgroup namespace, mount cgroup v1 rdma/misc/memory, rewrite release_agent", []string{"sys", "cgroup-release"},
+		{ID: 20, Weakness: HostPrivileged, Run: sysProbe(kernelAttempt(20),
 			func(d map[string]string) bool { return all(d, "clone(", refused...) })},
-		{ID: 25, Weakness: Privileged, Run: sysProbe("make a setuid-root copy of the prober, try a file capability on it, exec it and read CapEff", []string{"sys", "setuid"},
+		{ID: 25, Weakness: Privileged, Run: sysProbe(kernelAttempt(25),
 			func(d map[string]string) bool {
 				return d["CapEff"] == "0000000000000000" && slices.Contains(append([]string{"ENOTSUP"}, refused...), d["setxattr(security.capability)"])
 			})},
 		{ID: 28, Weakness: HostPIDAsRoot, Run: ptraceProbe},
-		{ID: 29, Weakness: Privileged, Run: sysProbe("keyctl GET_KEYRING_ID of @u/@us/@s, add_key, read /proc/keys", []string{"sys", "keyring"},
+		{ID: 29, Weakness: Privileged, Run: sysProbe(kernelAttempt(29),
 			func(d map[string]string) bool {
 				k := d["/proc/keys"]
 				return all(d, "keyctl(", refused...) && all(d, "add_key(", refused...) &&
 					(strings.HasSuffix(k, " lines=0") || strings.HasPrefix(k, "ENOENT"))
 			})},
-		{ID: 30, Weakness: HostPrivileged, Run: sysProbe("bpf MAP_CREATE (array) and PROG_LOAD (socket filter)", []string{"sys", "bpf"},
+		{ID: 30, Weakness: HostPrivileged, Run: sysProbe(kernelAttempt(30),
 			func(d map[string]string) bool { return all(d, "bpf(", refused...) })},
-		{ID: 31, Weakness: Privileged, Run: sysProbe("userfaultfd, plain and UFFD_USER_MODE_ONLY", []string{"sys", "userfaultfd"},
+		{ID: 31, Weakness: Privileged, Run: sysProbe(kernelAttempt(31),
 			func(d map[string]string) bool { return all(d, "userfaultfd(", refused...) })},
-		{ID: 32, Weakness: HostPrivileged, Run: sysProbe("io_uring_setup with 4 entries", []string{"sys", "io_uring"},
+		{ID: 32, Weakness: HostPrivileged, Run: sysProbe(kernelAttempt(32),
 			func(d map[string]string) bool { return all(d, "io_uring", refused...) })},
-		{ID: 33, Weakness: Privileged, Run: sysProbe("perf_event_open of a user-only software counter on itself", []string{"sys", "perf"},
+		{ID: 33, Weakness: Privileged, Run: sysProbe(kernelAttempt(33),
 			func(d map[string]string) bool { return all(d, "perf_event_open", refused...) })},
-		{ID: 34, Weakness: HostPrivileged, Run: sysProbe("init_module, finit_module, socket() of 25 exotic families; host /proc/modules before and after", []string{"sys", "modules"},
+		{ID: 34, Weakness: HostPrivileged, Run: sysProbe(kernelAttempt(34),
 			func(d map[string]string) bool {
 				return all(d, "init_module", refused...) && all(d, "finit_module", refused...) &&
 					all(d, "socket(", append([]string{"EAFNOSUPPORT", "EINVAL"}, refused...)...)
 			})},
-		{ID: 35, Weakness: HostPrivileged, Run: sysProbe("kexec_load, reboot, swapon, acct (each invalid past the permission check), syslog SIZE_BUFFER, open /dev/kmsg", []string{"sys", "boot"},
+		{ID: 35, Weakness: HostPrivileged, Run: sysProbe(kernelAttempt(35),
 			func(d map[string]string) bool {
 				return all(d, "", append([]string{"ENOENT"}, refused...)...) && slices.Contains(refused, d["swapon"]) && slices.Contains(refused, d["acct"])
 			})},
-		{ID: 36, Weakness: HostPrivileged, Run: sysProbe("settimeofday (bad tz), adjtimex and clock_adjtime (bad tick), clock_settime (bad nsec)", []string{"sys", "clock"},
+		{ID: 36, Weakness: HostPrivileged, Run: sysProbe(kernelAttempt(36),
 			func(d map[string]string) bool { return all(d, "", refused...) })},
-		{ID: 38, Weakness: HostPrivileged, Run: sysProbe("AF_PACKET raw/dgram, AF_INET/AF_INET6 SOCK_RAW, SOCK_PACKET", []string{"sys", "raw"},
+		{ID: 38, Weakness: HostPrivileged, Run: sysProbe(kernelAttempt(38),
 			func(d map[string]string) bool {
 				return all(d, "socket(", append([]string{"EAFNOSUPPORT", "EPROTONOSUPPORT"}, refused...)...)
 			})},
-		{ID: 39, Weakness: Privileged, Run: sysProbe("every syscall number 0..470 with zero arguments in restartable children", []string{"sweep"}, sweepSecure)},
-		{ID: 40, Weakness: Privileged, Run: sysProbe("getpid, unshare(0), keyctl through the x32 ABI (nr|0x40000000) and int 0x80", []string{"sys", "x32"},
+		{ID: 39, Weakness: Privileged, Run: sysProbe(kernelAttempt(39), sweepSecure)},
+		{ID: 40, Weakness: Privileged, Run: sysProbe(kernelAttempt(40),
 			func(d map[string]string) bool {
 				return all(d, "x32 ", refused...) && all(d, "int80 unshare", refused...) && all(d, "int80 keyctl", refused...)
 			})},
@@ -151,15 +148,29 @@ func sweepSecure(d map[string]string) bool {
 // permissions.
 func ptraceProbe(ctx context.Context, t battery.Target) battery.Observation {
 	pid := strconv.Itoa(os.Getpid())
-	return sysProbe("ptrace SEIZE, process_vm_readv and kill(0) of a host pid (the certifier's, "+pid+")", []string{"sys", "ptrace", pid},
+	a := kernelAttempt(28)
+	a.Tried += " (the certifier's, " + pid + ")"
+	a.Args = append(a.Args, pid)
+	return sysProbe(a,
 		func(d map[string]string) bool {
 			return d["ptrace(SEIZE)"] == "ESRCH" && d["process_vm_readv"] == "ESRCH" && d["kill(0)"] == "ESRCH"
 		})(ctx, t)
 }
 
-// sysProbe runs the prober with args in a fresh sandbox and judges its
-// report's data with secure.
-func sysProbe(tried string, args []string, secure func(d map[string]string) bool) func(context.Context, battery.Target) battery.Observation {
+// kernelAttempt is row id's attempt.
+func kernelAttempt(id int) battery.KernelAttempt {
+	for _, a := range battery.KernelAttempts() {
+		if a.ID == id {
+			return a
+		}
+	}
+	panic(fmt.Sprintf("oci: no kernel attempt for row %d", id))
+}
+
+// sysProbe runs the prober with a's arguments in a fresh sandbox and judges
+// its report's data with secure.
+func sysProbe(a battery.KernelAttempt, secure func(d map[string]string) bool) func(context.Context, battery.Target) battery.Observation {
+	tried, args := a.Tried, a.Args
 	return func(ctx context.Context, t battery.Target) battery.Observation {
 		obs := battery.Observation{Tried: tried}
 		s, err := prepared(ctx, t)

@@ -101,7 +101,7 @@ func Suite(b *Backend, image string) battery.Suite {
 	for id := 71; id <= 84; id++ {
 		na[id] = noNet
 	}
-	if b.egressOn() {
+	if b.egressCapable() {
 		probes = append(probes, egressProbes(b)...) // battery_egress.go
 		for id := 71; id <= 84; id++ {
 			delete(na, id)
@@ -139,14 +139,19 @@ func Suite(b *Backend, image string) battery.Suite {
 // controls run the same probe on the container backend's weakened copy,
 // which shows the probe detects the weakness where it can exist; the
 // record names that backend in the control's observation.
+//
+// The egress rows' EgressHostNetns control (row 75) runs there too: in the
+// egress rig's stand-in host namespace runsc's netstack would take over
+// every interface, the rig's own with them, instead of bypassing a slot.
 var gvisorOwnKernel = []int{10, 12, 17, 43, 45, 48, 60, 93}
 
 func gvisorControls(b *Backend, probes []battery.Probe) {
 	cfg := b.cfg
 	cfg.Runtime = ""
-	// gVisor never joins an egress slot (--network=none): the container
-	// that stands in for it has none either, or the slot's host-owned netns
-	// would defeat the weakened copy's network sysctl write (row 12).
+	// The container that stands in for gVisor's own kernel has no slot, as
+	// gVisor's deny-all sandboxes (--network=none) have none: the slot's
+	// host-owned netns would defeat the weakened copy's network sysctl
+	// write (row 12).
 	cfg.Network = nil
 	c, err := NewContainer(cfg)
 	if err != nil {
@@ -158,7 +163,7 @@ func gvisorControls(b *Backend, probes []battery.Probe) {
 		return
 	}
 	for i := range probes {
-		if slices.Contains(gvisorOwnKernel, probes[i].ID) {
+		if slices.Contains(gvisorOwnKernel, probes[i].ID) || probes[i].Weakness == EgressHostNetns {
 			probes[i].ControlOn = c
 		}
 	}

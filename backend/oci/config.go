@@ -72,11 +72,12 @@ type Config struct {
 	// pooled start, and more to the first result (ADR 0020). Ignored by
 	// the container backend and without Pooled.
 	Snapshots bool
-	// Network, if set, gives container sandboxes allowlisted egress: each
-	// is prepared inside its own slot of this service (deny-all until Run
+	// Network, if set, gives sandboxes allowlisted egress: each container
+	// sandbox, and each gVisor sandbox prepared for an allowlist
+	// (Template.Egress: runsc's netstack in the slot, ADR 0009), is
+	// prepared inside its own slot of this service (deny-all until Run
 	// applies the tenant's policy; see egress.go). Nil: a loopback-only
-	// network namespace and deny-all policies only. gVisor ignores it
-	// (--network=none; ADR 0009).
+	// network namespace (gVisor: --network=none) and deny-all policies only.
 	Network *egress.Service
 	// EgressProbe is the host path of a static egress probe
 	// (egress/egresstest/egressprobe, CGO_ENABLED=0) that the battery

@@ -43,9 +43,10 @@
 //
 // # What it refuses
 //
-// Allowlists on gVisor (--network=none, ADR 0009) and on a container
-// backend without Config.Network (its sandboxes then have a loopback-only
-// netns; with it, each sits in an egress slot, see egress.go); wasm
+// Allowlists on a backend without Config.Network (a container's sandboxes
+// then have a loopback-only netns, gVisor's --network=none; with it, each
+// container and each gVisor sandbox prepared for an allowlist sits in an
+// egress slot, see egress.go); wasm
 // workloads when no wasm runner is configured (Kinds is then only
 // KindCommand); runsc's kvm platform (it spins on these hosts) and runsc
 // --rootless as root (the Sentry would run as host root).

@@ -38,13 +38,47 @@ import (
 // interfaces. A sandbox in a slot gets an empty, small tmpfs at /sys
 // instead (cgroupfs still mounts below it).
 //
-// gVisor keeps --network=none and refuses allowlists (ADR 0009).
+// # gVisor (ADR 0009, option 1)
+//
+// gVisor keeps --network=none for every sandbox a deny-all invocation gets:
+// no interface at all, nothing to enforce. A sandbox prepared for an
+// allowlist (Template.Egress) gets a slot too, and runsc runs with
+// --network=sandbox inside it: the Sentry's own TCP/IP stack (netstack)
+// takes over the slot's eth0 and speaks Ethernet on it, so the host kernel
+// sees only frames on the veth, filtered by the same host-side table, stub
+// and proxy as a container's, and no socket call of the workload reaches
+// the host's network stack. runsc moves the interface's address into
+// netstack, so such a sandbox is one-shot (the slot is bound before runsc
+// starts, and a later Apply would put the address back under it) and the
+// slot is closed, never reused.
 
 // resolvConf is the in-sandbox resolver file bound from the sandbox's dir.
 const resolvConf = "/etc/resolv.conf"
 
-// egressOn reports whether b's sandboxes are prepared inside egress slots.
+// egressOn reports whether every sandbox of b is prepared inside an egress
+// slot (the container backend with an egress service).
 func (b *Backend) egressOn() bool { return b.cfg.Network != nil && !b.gvisor }
+
+// egressCapable reports whether b enforces allowlists: every sandbox of the
+// container backend, and gVisor's netstack sandboxes, sit in slots.
+func (b *Backend) egressCapable() bool { return b.cfg.Network != nil }
+
+// inSlot reports whether this sandbox has an egress slot.
+func (s *Sandbox) inSlot() bool { return s.b.egressOn() || s.boot.netstack }
+
+// netstack is d running its sandboxes' networking in the Sentry
+// (--network=sandbox) instead of none; a weakened driver's other network
+// flag is kept.
+func (d *driver) netstack() *driver {
+	n := *d
+	n.flags = slices.Clone(d.flags)
+	for i, f := range n.flags {
+		if f == "--network=none" {
+			n.flags[i] = "--network=sandbox"
+		}
+	}
+	return &n
+}
 
 // CheckNetwork implements sandbox.NetworkChecker: a typed error for a
 // policy this backend cannot enforce, before anything is claimed.
@@ -52,9 +86,9 @@ func (b *Backend) CheckNetwork(p netpolicy.Policy) error {
 	switch {
 	case p.DenyAll():
 		return nil
-	case b.gvisor:
+	case b.cfg.Network == nil && b.gvisor:
 		return sandbox.Errorf(sandbox.Unenforceable, "policy.network",
-			"gvisor backend runs with --network=none and enforces deny-all egress only (ADR 0009)")
+			"gvisor backend without an egress service runs with --network=none and enforces deny-all egress only (ADR 0009)")
 	case b.cfg.Network == nil:
 		return sandbox.Errorf(sandbox.Unenforceable, "policy.network",
 			"%s backend without an egress service enforces deny-all egress only (loopback-only network namespace)", b.name)
@@ -65,7 +99,7 @@ func (b *Backend) CheckNetwork(p netpolicy.Policy) error {
 // newNetwork gives the sandbox its egress slot (Prepare; deny-all until
 // Run) and writes the resolv.conf naming the slot's stub.
 func (s *Sandbox) newNetwork(ctx context.Context) error {
-	if !s.b.egressOn() {
+	if !s.inSlot() {
 		return nil
 	}
 	sl, err := s.b.cfg.Network.NewSlot(ctx)
@@ -75,6 +109,20 @@ func (s *Sandbox) newNetwork(ctx context.Context) error {
 	s.net = sl
 	s.defer1(func(ctx context.Context) error { return sl.Close(ctx) })
 	return os.WriteFile(filepath.Join(s.dir, "resolv.conf"), sl.ResolvConf(), 0o444)
+}
+
+// checkNetwork refuses, before anything is claimed, an allowlist this
+// sandbox has no interface for: a gVisor sandbox prepared without
+// Template.Egress.
+func (s *Sandbox) checkNetwork(p netpolicy.Policy) error {
+	if err := s.b.CheckNetwork(p); err != nil {
+		return err
+	}
+	if s.net == nil && !p.DenyAll() {
+		return sandbox.Errorf(sandbox.Unenforceable, "policy.network",
+			"%s sandbox %s was prepared without a network (template.egress false): it enforces deny-all only", s.b.name, s.id)
+	}
+	return nil
 }
 
 // applyNetwork binds the slot to inv's tenant and policy (claim time). A
@@ -119,9 +167,11 @@ func slotResolv(m specs.Mount) bool {
 		slices.Contains(m.Options, "ro")
 }
 
-// hashNetwork adds the egress wiring to a config hash's spec.
+// hashNetwork adds the egress wiring to a config hash's spec: every
+// sandbox's (container), or the netstack sandboxes' (gVisor, which also
+// hashes the flag through the driver's flags: Probe's egress-netstack run).
 func (b *Backend) hashNetwork(spec *specs.Spec) {
-	if spec != nil && b.egressOn() {
+	if spec != nil && b.egressCapable() {
 		joinSlot(spec, netns.Path("wovyr-slot"), "/resolv.conf")
 	}
 }

@@ -80,3 +80,54 @@ func egressMedian(ds []time.Duration) time.Duration {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+// BenchmarkGVisorEgress measures, side by side in one run, what a gVisor
+// invocation costs from Prepare to its result (/bin/true, one-shot): with
+// --network=none under a deny-all policy, and with netstack in an egress
+// slot under the truth table's allowlist (ADR 0009), which binds the slot
+// and then starts runsc in it.
+//
+//	go test -run '^$' -bench GVisorEgress -benchtime 20x ./backend/oci
+func BenchmarkGVisorEgress(b *testing.B) {
+	r := newEgressRig(b, "ogx")
+	cfg := testConfig(b)
+	cfg.Network = r.svc
+	g, err := NewGVisor(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		tmpl sandbox.Template
+		p    netpolicy.Policy
+	}{
+		{"none-deny-all", sandbox.Template{Kind: sandbox.KindCommand, Image: "busybox"}, netpolicy.Policy{}},
+		{"netstack-allowlist", sandbox.Template{Kind: sandbox.KindCommand, Image: "busybox", Egress: true}, egresstest.TenantPolicy},
+	}
+	total := make([][]time.Duration, len(cases))
+	for i := 0; i < b.N; i++ {
+		for ci, c := range cases {
+			t0 := time.Now()
+			sb, err := g.Prepare(ctx, c.tmpl)
+			if err != nil {
+				b.Fatal(err)
+			}
+			inv := cmd("/bin/true")
+			inv.Workload.Image = "busybox"
+			inv.Policy.Network = c.p
+			res, err := sb.Run(ctx, inv)
+			total[ci] = append(total[ci], time.Since(t0))
+			if err != nil || res.ExitCode != 0 {
+				b.Fatalf("%s: %v %+v", c.name, err, res)
+			}
+			if err := sb.Destroy(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for ci, c := range cases {
+		b.ReportMetric(egressMS(egressMedian(total[ci])), c.name+"-p50-ms")
+	}
+	b.ReportMetric(egressMedian(total[1]).Seconds()/egressMedian(total[0]).Seconds(), "netstack/none")
+}

@@ -139,10 +139,15 @@ func runProbe(t *testing.T, sb *Sandbox, tenant string, policy netpolicy.Policy,
 
 func prepareIn(t testing.TB, b *Backend, img string) *Sandbox {
 	t.Helper()
+	// The probe runs its checks concurrently: room for its threads.
+	return prepareTmpl(t, b, sandbox.Template{Kind: sandbox.KindCommand, Image: img, Limits: sandbox.Limits{Pids: 512}})
+}
+
+func prepareTmpl(t testing.TB, b *Backend, tmpl sandbox.Template) *Sandbox {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// The probe runs its checks concurrently: room for its threads.
-	sb, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand, Image: img, Limits: sandbox.Limits{Pids: 512}})
+	sb, err := b.Prepare(ctx, tmpl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,13 +169,39 @@ func TestEgressTruthTableContainer(t *testing.T) {
 
 func egressTruthTable(t *testing.T, tag, runtime string) {
 	r := newEgressRigOn(t, tag, runtime)
-	img := egressImage(t)
-	ctx := context.Background()
-	if capa := r.b.Probe(ctx); !capa.Available || !capa.Egress || !strings.HasPrefix(capa.Version, runtime) {
+	if capa := r.b.Probe(context.Background()); !capa.Available || !capa.Egress || !strings.HasPrefix(capa.Version, runtime) {
 		t.Fatalf("probe on %s with an egress service: %+v", runtime, capa)
 	}
-	peer := prepareIn(t, r.b, img)
-	sb := prepareIn(t, r.b, img)
+	assertTruthTable(t, r, sandbox.Template{})
+}
+
+// TestEgressTruthTableGVisor is the same table on gVisor (ADR 0009,
+// option 1): a sandbox prepared for an allowlist sits in a deny-all slot,
+// and runsc starts with netstack (--network=sandbox) in it only once the
+// slot is bound to the tenant's allowlist.
+func TestEgressTruthTableGVisor(t *testing.T) {
+	r := newEgressRig(t, "og")
+	cfg := testConfig(t)
+	cfg.Network = r.svc
+	g, err := NewGVisor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.b = g
+	if capa := g.Probe(context.Background()); !capa.Available || !capa.Egress || !slices.Contains(capa.Features, "egress-netstack") {
+		t.Fatalf("gvisor probe with an egress service: %+v", capa)
+	}
+	assertTruthTable(t, r, sandbox.Template{Egress: true})
+}
+
+// assertTruthTable runs the sandbox truth table in a sandbox of r's
+// backend prepared as tmpl says, with a peer beside it.
+func assertTruthTable(t *testing.T, r *egressRig, tmpl sandbox.Template) {
+	img := egressImage(t)
+	ctx := context.Background()
+	tmpl.Kind, tmpl.Image, tmpl.Limits = sandbox.KindCommand, img, sandbox.Limits{Pids: 512}
+	peer := prepareTmpl(t, r.b, tmpl)
+	sb := prepareTmpl(t, r.b, tmpl)
 	gw := sb.net.Gateway().String()
 	rows := egresstest.SandboxTable(gw, peer.net.Addr().String())
 	spec := egresstest.TableSpec(rows, r.rig.CAPEM, gw)
@@ -311,9 +342,10 @@ func nsIno(t *testing.T, path string) uint64 {
 }
 
 // TestEgressRefusals: allowlists are refused with a typed error before
-// anything is claimed where they cannot be enforced — always on gVisor
-// (--network=none, ADR 0009), on a container backend without an egress
-// service, and for IPv6 rules everywhere (slots are IPv4-only).
+// anything is claimed where they cannot be enforced — on gVisor and
+// container backends without an egress service, on a gVisor sandbox
+// prepared without Template.Egress (--network=none, ADR 0009), and for
+// IPv6 rules everywhere (slots are IPv4-only).
 func TestEgressRefusals(t *testing.T) {
 	r := newEgressRig(t, "or")
 	cfg := testConfig(t)
@@ -326,6 +358,10 @@ func TestEgressRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	plainG, err := NewGVisor(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
 	v6 := netpolicy.Policy{Allow: []netpolicy.Rule{{CIDR: "2001:db8::/32", Ports: []uint16{443}}}}
 	for _, c := range []struct {
 		name string
@@ -333,7 +369,9 @@ func TestEgressRefusals(t *testing.T) {
 		p    netpolicy.Policy
 		want sandbox.Class
 	}{
-		{"gvisor-allowlist", g, egresstest.TenantPolicy, sandbox.Unenforceable},
+		{"gvisor-allowlist", g, egresstest.TenantPolicy, ""},
+		{"gvisor-without-service", plainG, egresstest.TenantPolicy, sandbox.Unenforceable},
+		{"gvisor-ipv6", g, v6, sandbox.Unenforceable},
 		{"gvisor-deny-all", g, netpolicy.Policy{}, ""},
 		{"container-without-service", plain, egresstest.TenantPolicy, sandbox.Unenforceable},
 		{"container-ipv6", r.b, v6, sandbox.Unenforceable},
@@ -346,16 +384,16 @@ func TestEgressRefusals(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	if capa := g.Probe(ctx); !capa.Available || capa.Egress {
-		t.Fatalf("gvisor with an egress service must stay deny-all: %+v", capa)
+	if capa := plainG.Probe(ctx); !capa.Available || capa.Egress {
+		t.Fatalf("gvisor without an egress service must stay deny-all: %+v", capa)
 	}
-	// Run refuses too, before claiming: the same sandbox then runs a
-	// deny-all invocation.
+	// A sandbox prepared without Template.Egress refuses an allowlist at
+	// Run, before claiming: the same sandbox then runs a deny-all one.
 	sb := prepareIn(t, g, "busybox")
 	inv := cmd("/bin/true")
 	inv.Policy.Network = egresstest.TenantPolicy
-	if _, err := sb.Run(ctx, inv); sandbox.ClassOf(err) != sandbox.Unenforceable {
-		t.Fatalf("gvisor run with an allowlist: %v", err)
+	if _, err := sb.Run(ctx, inv); sandbox.ClassOf(err) != sandbox.Unenforceable || !strings.Contains(err.Error(), "template.egress false") {
+		t.Fatalf("gvisor run with an allowlist on a deny-all sandbox: %v", err)
 	}
 	inv.Policy.Network = netpolicy.Policy{}
 	if res, err := sb.Run(ctx, inv); err != nil || res.ExitCode != 0 {
@@ -364,7 +402,7 @@ func TestEgressRefusals(t *testing.T) {
 	if sb.net != nil {
 		t.Fatal("a gvisor sandbox got an egress slot")
 	}
-	if !errors.Is(g.CheckNetwork(egresstest.TenantPolicy), sandbox.Unenforceable) {
+	if !errors.Is(plainG.CheckNetwork(egresstest.TenantPolicy), sandbox.Unenforceable) {
 		t.Fatal("gvisor refusal is not errors.Is Unenforceable")
 	}
 }
@@ -377,14 +415,13 @@ func (anyCert) Cert(k cert.Key) (cert.Record, error) {
 	return cert.Record{Key: k, Passed: true, Outcomes: []cert.Outcome{{ID: 70, Applies: true, Pass: true, ControlFlagged: true}}}, nil
 }
 
-// TestEgressSelect: at Select time the manager refuses an allowlist on
-// gVisor (Capability.Egress=false) with a floor error naming why, and picks
-// the container backend with an egress service where the floor allows it.
+// TestEgressSelect: at Select time the manager refuses an allowlist on a
+// gVisor without an egress service (Capability.Egress=false) with a floor
+// error naming why, and picks the container backend with an egress service
+// where the floor allows it.
 func TestEgressSelect(t *testing.T) {
 	r := newEgressRig(t, "os")
-	cfg := testConfig(t)
-	cfg.Network = r.svc
-	g, err := NewGVisor(cfg)
+	g, err := NewGVisor(testConfig(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,19 +451,28 @@ func TestEgressSelect(t *testing.T) {
 // the deny-all row).
 var slotRows = []int{2, 6, 9, 10, 12, 27, 43, 70}
 
-// TestEgressBattery runs the container battery's egress rows (71–84) with
-// an egress service, and the rows the slot touches: each holds, and each
+// TestEgressBattery runs the container and gVisor batteries' egress rows
+// (71–84) with an egress service, and the rows the slot touches: each holds, and each
 // positive control flags — for the egress rows, the tenant's allowlist
 // replaced by an open one, the host netns instead of the slot, host root.
 // (With a slot, every other row's outcome is unchanged: run the whole
 // Suite with Config.Network to see; ~2 minutes.)
 func TestEgressBattery(t *testing.T) {
-	r := newEgressRig(t, "ob")
+	for name, c := range map[string]struct {
+		tag string
+		mk  func(Config) (*Backend, error)
+	}{"container": {"ob", NewContainer}, "gvisor": {"ogb", NewGVisor}} {
+		t.Run(name, func(t *testing.T) { egressBattery(t, c.tag, c.mk) })
+	}
+}
+
+func egressBattery(t *testing.T, tag string, mk func(Config) (*Backend, error)) {
+	r := newEgressRig(t, tag)
 	cfg := testConfig(t)
 	cfg.Network = r.svc
 	cfg.EgressProbe = filepath.Join(t.TempDir(), "egressprobe")
 	buildEgressProbe(t, cfg.EgressProbe)
-	b, err := NewContainer(cfg)
+	b, err := mk(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/wovyr/wovyr/cgroup"
+	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
@@ -15,8 +16,8 @@ import (
 // spins instead of failing (DESIGN §5); Config.Platform can force it.
 var runscPlatforms = []string{"systrap", "ptrace"}
 
-// runscFlags are the global flags every runsc call gets. --network=none until
-// wovyr enforces egress for gVisor; --oci-seccomp so the spec's profile
+// runscFlags are the global flags every runsc call gets. --network=none but
+// for the sandboxes of an allowlist (driver.netstack, egress.go); --oci-seccomp so the spec's profile
 // applies inside the Sentry too; --overlay2=none so writes reach the
 // size-limited upper layer (and collect) instead of Sentry memory.
 func runscFlags(platform string) []string {
@@ -52,8 +53,19 @@ func (b *Backend) Probe(ctx context.Context) sandbox.Capability {
 		if d.hybrid {
 			feats = append(feats, "crun-hybrid-workaround")
 		}
+		egress := b.egressOn()
 		if b.egressOn() {
 			feats = append(feats, "egress-slot")
+		}
+		if b.gvisor && b.cfg.Network != nil {
+			// Allowlists need netstack in a slot to work here, not just runsc.
+			if err := b.trivialNetstack(ctx, d); err != nil {
+				b.cfg.Logger.Warn("gvisor: netstack in an egress slot failed; allowlists refused", "err", err)
+				feats = append(feats, "egress-netstack-failed")
+			} else {
+				egress = true
+				feats = append(feats, "egress-netstack")
+			}
 		}
 		if d.restoreCheck {
 			feats = append(feats, restoreCheckFeature)
@@ -61,7 +73,7 @@ func (b *Backend) Probe(ctx context.Context) sandbox.Capability {
 		hash := b.configHash(d)
 		b.afterProbe(d, hash)
 		return sandbox.Capability{Available: true, Version: d.version, ConfigHash: hash,
-			Accel: d.accel, Features: feats, Egress: b.egressOn()}
+			Accel: d.accel, Features: feats, Egress: egress}
 	}
 	if len(why) == 0 {
 		why = []string{"no runtime candidates"}
@@ -112,6 +124,25 @@ func (b *Backend) platforms(d *driver) []*driver {
 		out = append(out, &dp)
 	}
 	return out
+}
+
+// trivialNetstack starts a gVisor sandbox as an allowlist gets one —
+// netstack in a deny-all egress slot — checks its agent answers, and
+// destroys it.
+func (b *Backend) trivialNetstack(ctx context.Context, d *driver) error {
+	empty := filepath.Join(b.run, "probe-root")
+	if err := os.MkdirAll(empty, 0o755); err != nil {
+		return err
+	}
+	s, err := b.prepare(ctx, d, empty, "probe", sandbox.Limits{Memory: 64 << 20}.WithDefaults(), boot{netstack: true})
+	if err != nil {
+		return err
+	}
+	defer s.Destroy(context.WithoutCancel(ctx))
+	if err := s.net.Apply(ctx, egress.Binding{Tenant: "wovyr-probe", Invocation: s.id}); err != nil {
+		return err
+	}
+	return s.startAgent(ctx)
 }
 
 // trivial prepares a sandbox from an empty template on d, checks the agent

@@ -22,7 +22,7 @@ func (b *Backend) ProbeKey() string {
 	for _, n := range b.runtimeNames() {
 		k.Command(n)
 	}
-	return k.Add(b.cfg.StateDir, b.cfg.Platform, b.cfg.UIDBase, b.cfg.Slots, b.cfg.Pooled, b.egressOn(),
+	return k.Add(b.cfg.StateDir, b.cfg.Platform, b.cfg.UIDBase, b.cfg.Slots, b.cfg.Pooled, b.egressCapable(),
 		filepath.Base(b.agent), filepath.Base(b.runner), b.weak, hybridCgroups(), cgroup.V2()).
 		Command("unshare").
 		String()

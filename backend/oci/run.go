@@ -73,7 +73,7 @@ func (s *Sandbox) take(inv *sandbox.Invocation) error {
 	if !sandbox.Accepts(s.b, inv.Workload.Kind) {
 		return sandbox.Errorf(sandbox.BadInput, "workload.kind", "%s backend does not run %s workloads (wasm needs Config.WasmRunner)", s.b.name, inv.Workload.Kind)
 	}
-	if err := s.b.CheckNetwork(inv.Policy.Network); err != nil {
+	if err := s.checkNetwork(inv.Policy.Network); err != nil {
 		return err
 	}
 	if img := inv.Workload.Image; img != "" && img != s.image {
@@ -92,13 +92,25 @@ func (s *Sandbox) take(inv *sandbox.Invocation) error {
 // starting a one-shot sandbox's agent where needAgent: such a sandbox
 // started nothing at Prepare (oneshot.go).
 func (s *Sandbox) begin(ctx context.Context, inv *sandbox.Invocation, lim sandbox.Limits, needAgent bool) error {
+	if s.boot.netstack {
+		// runsc takes the slot's address when it starts: bind the slot
+		// to the tenant's policy first (egress.go).
+		if err := s.applyNetwork(ctx, inv); err != nil {
+			return err
+		}
+	}
 	if s.oneShot && s.client == nil && needAgent {
+		// A one-shot sandbox started nothing at Prepare: this invocation
+		// needs the agent (oneshot.go), so it starts now.
 		if err := s.startAgent(ctx); err != nil {
 			return sandbox.Wrap(sandbox.BackendFailure, err, "%s: start the agent of %s", s.b.name, s.id)
 		}
 	}
 	if err := s.claim(inv, lim); err != nil {
 		return sandbox.Wrap(sandbox.BackendFailure, err, "%s: claim %s for %s", s.b.name, s.id, inv.Tenant)
+	}
+	if s.boot.netstack {
+		return nil
 	}
 	return s.applyNetwork(ctx, inv)
 }

@@ -100,13 +100,14 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 	if err != nil {
 		return nil, err
 	}
-	sb, err := b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, tmpl.Limits.WithDefaults(), boot{})
+	how := boot{netstack: b.gvisor && tmpl.Egress && b.cfg.Network != nil}
+	sb, err := b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, tmpl.Limits.WithDefaults(), how)
 	if err != nil && ctx.Err() == nil && errors.Is(err, io.EOF) {
 		// The runtime's sandbox died before its agent answered (runsc
 		// under heavy load, seen rarely): nothing of it is left (prepare
 		// undoes every step), so one fresh attempt is safe.
 		b.cfg.Logger.Warn("sandbox died during start; retrying once", "backend", b.name, "err", err)
-		sb, err = b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, tmpl.Limits.WithDefaults(), boot{})
+		sb, err = b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, tmpl.Limits.WithDefaults(), how)
 	}
 	if err != nil {
 		return nil, err
@@ -115,7 +116,10 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 }
 
 func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, lim sandbox.Limits, how boot) (_ *Sandbox, err error) {
-	s := &Sandbox{b: b, d: d, id: newID(b.gvisor), image: name, limits: lim, agentFD: -1, oomFD: -1, oneShot: !b.cfg.Pooled && how.cold(), boot: how}
+	s := &Sandbox{b: b, d: d, id: newID(b.gvisor), image: name, limits: lim, agentFD: -1, oomFD: -1, oneShot: (!b.cfg.Pooled || how.netstack) && how.cold(), boot: how}
+	if how.netstack {
+		s.d = d.netstack()
+	}
 	s.dir = filepath.Join(b.run, "sb", s.id)
 	defer func() {
 		if err != nil {

@@ -55,7 +55,10 @@ const bootIDPath = "/proc/sys/kernel/random/boot_id"
 
 // boot says how prepare starts a sandbox.
 type boot struct {
-	capture bool              // a golden's: identity mounts, agent-serving, warmed
+	// netstack: a gVisor sandbox for an allowlist (Template.Egress) — in
+	// an egress slot, started only at Run once the slot is bound (egress.go).
+	netstack bool
+	capture  bool              // a golden's: identity mounts, agent-serving, warmed
 	from    *golden           // a clone of it: runsc restore, then the agent's thaw
 	thawed  *agent.Thawed     // the clone agent's answer to its thaw
 	ident   snapshot.Identity // what identityMounts gave it
@@ -118,6 +121,11 @@ func (b *Backend) goldenKey(d *driver, name string, tmpl sandbox.Template) (snap
 func (b *Backend) Golden(ctx context.Context, tmpl sandbox.Template) (sandbox.Golden, error) {
 	if !b.snapshotting() {
 		return nil, sandbox.ErrNoSnapshot // nor is a positive control ever
+	}
+	if tmpl.Egress && b.gvisor {
+		// A netstack sandbox starts in its slot only once the slot is
+		// bound (egress.go): there is no tenant-neutral state to capture.
+		return nil, sandbox.ErrNoSnapshot
 	}
 	name, d, err := b.preparable(ctx, tmpl)
 	if err != nil {

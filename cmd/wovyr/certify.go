@@ -161,20 +161,23 @@ func (n *node) suites(guest string) (map[string]battery.Suite, error) {
 		return suites, nil
 	}
 	suites := map[string]battery.Suite{
-		"native":  native.Suite(n.native, guest),
-		"wasm":    wasm.Suite(n.wasm),
-		"microvm": microvm.Suite(n.microvm),
+		"native": native.Suite(n.native, guest),
+		"wasm":   wasm.Suite(n.wasm),
 	}
+	for _, b := range n.oci {
+		suites[b.Name()] = oci.Suite(b, "")
+	}
+	// The microVM's rows that no VM configuration weakens take their
+	// controls from the container suite (microvm.Suite).
+	controls := suites["container"]
+	suites["microvm"] = microvm.Suite(n.microvm, controls)
 	if n.network != nil {
 		probe, err := os.ReadFile(egressProbePath())
 		if err != nil {
 			return nil, fmt.Errorf("the egress rows need the static egress probe: %w", err)
 		}
-		suites["microvm"] = microvm.EgressSuite(n.microvm, probe)
+		suites["microvm"] = microvm.EgressSuite(n.microvm, controls, probe)
 		suites["native"] = native.EgressSuite(n.native, guest, probe)
-	}
-	for _, b := range n.oci {
-		suites[b.Name()] = oci.Suite(b, "")
 	}
 	return suites, nil
 }

@@ -61,10 +61,9 @@ func openNodeWith(g *globals, network *egress.Service) (*node, error) {
 // nodeOptions are what the daemon builds differently from a one-shot
 // command.
 type nodeOptions struct {
-	// network, if not nil, gives the native, container and microvm
-	// backends allowlisted egress (the daemon's); without it their
-	// sandboxes have no network at all. gVisor refuses allowlists either
-	// way (ADR 0009).
+	// network, if not nil, gives the native, container, gvisor and
+	// microvm backends allowlisted egress (the daemon's); without it their
+	// sandboxes have no network at all.
 	network *egress.Service
 	// pooled prepares sandboxes for the daemon's warm pools: microVM
 	// Prepare boots the VM, so that pooled VMs answer over their control
