@@ -46,6 +46,24 @@ func (sc *sessionCtx) client() (*client.Client, error) {
 	return client.New(sc.remote, daemonToken(sc.g, sc.token), nil), nil
 }
 
+// start parses args into fs, checks the number of arguments left with
+// nargs, and returns the daemon's client; on nil it also returns the exit
+// code (usage, help, no daemon).
+func (sc *sessionCtx) start(fs *flag.FlagSet, args []string, nargs func(int) bool) (*client.Client, int) {
+	if code, ok := parseFlags(fs, args); !ok {
+		return nil, code
+	}
+	if !nargs(fs.NArg()) {
+		fs.Usage()
+		return nil, exitUsage
+	}
+	cl, err := sc.client()
+	if err != nil {
+		return nil, sc.fail(err)
+	}
+	return cl, 0
+}
+
 // fail prints err and returns its exit code.
 func (sc *sessionCtx) fail(err error) int {
 	fmt.Fprintln(sc.stderr, "wovyr:", err)

@@ -10,16 +10,9 @@ import (
 
 func sessionCpMain(ctx context.Context, sc *sessionCtx, args []string) int {
 	fs := sc.flags("cp", "cp [flags] LOCAL ID:PATH | ID:PATH LOCAL\n\nUpload keeps LOCAL's permission bits; LOCAL - is stdin or stdout.")
-	if code, ok := parseFlags(fs, args); !ok {
+	cl, code := sc.start(fs, args, func(n int) bool { return n == 2 })
+	if cl == nil {
 		return code
-	}
-	if fs.NArg() != 2 {
-		fs.Usage()
-		return exitUsage
-	}
-	cl, err := sc.client()
-	if err != nil {
-		return sc.fail(err)
 	}
 	src, dst := fs.Arg(0), fs.Arg(1)
 	if id, p, ok := splitRemote(src); ok {

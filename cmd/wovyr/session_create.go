@@ -30,18 +30,11 @@ func sessionCreateMain(ctx context.Context, sc *sessionCtx, args []string) int {
 	fs.DurationVar(&c.idle, "idle-timeout", 0, "end the session once idle this long (default 10m)")
 	fs.DurationVar(&c.lifetime, "max-lifetime", 0, "end the session this long after its creation (default 1h; at most 24h)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the session as JSON instead of its id")
-	if code, ok := parseFlags(fs, args); !ok {
+	cl, code := sc.start(fs, args, func(n int) bool { return n == 0 })
+	if cl == nil {
 		return code
 	}
-	if fs.NArg() != 0 {
-		fs.Usage()
-		return exitUsage
-	}
 	req, err := c.request()
-	if err != nil {
-		return sc.fail(err)
-	}
-	cl, err := sc.client()
 	if err != nil {
 		return sc.fail(err)
 	}

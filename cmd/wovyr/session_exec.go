@@ -22,11 +22,12 @@ func sessionExecMain(ctx context.Context, sc *sessionCtx, args []string) int {
 	fs.StringVar(&c.dir, "dir", "", "working directory, relative to the workspace")
 	fs.DurationVar(&c.wall, "wall", 0, "wall-clock limit (default and most: the session's)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the result as JSON")
-	if code, ok := parseFlags(fs, args); !ok {
+	cl, code := sc.start(fs, args, func(n int) bool { return n >= 2 })
+	if cl == nil {
 		return code
 	}
 	argv := fs.Args()
-	if len(argv) > 1 && argv[1] == "--" { // flag stops at ID, before the "--"
+	if argv[1] == "--" { // flag stops at ID, before the "--"
 		argv = append(argv[:1:1], argv[2:]...)
 	}
 	if len(argv) < 2 {
@@ -34,10 +35,6 @@ func sessionExecMain(ctx context.Context, sc *sessionCtx, args []string) int {
 		return exitUsage
 	}
 	stdin, err := readStdin()
-	if err != nil {
-		return sc.fail(err)
-	}
-	cl, err := sc.client()
 	if err != nil {
 		return sc.fail(err)
 	}

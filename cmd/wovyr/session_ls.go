@@ -10,16 +10,9 @@ import (
 func sessionLsMain(ctx context.Context, sc *sessionCtx, args []string) int {
 	fs := sc.flags("ls", "ls [flags] [ID[:DIR]]\n\nWithout an argument: the tenant's sessions. With one: a directory of a session's workspace.")
 	jsonOut := fs.Bool("json", false, "print JSON")
-	if code, ok := parseFlags(fs, args); !ok {
+	cl, code := sc.start(fs, args, func(n int) bool { return n <= 1 })
+	if cl == nil {
 		return code
-	}
-	if fs.NArg() > 1 {
-		fs.Usage()
-		return exitUsage
-	}
-	cl, err := sc.client()
-	if err != nil {
-		return sc.fail(err)
 	}
 	tw := tabwriter.NewWriter(sc.stdout, 0, 4, 2, ' ', 0)
 	defer tw.Flush()

@@ -6,16 +6,9 @@ import (
 
 func sessionRmMain(ctx context.Context, sc *sessionCtx, args []string) int {
 	fs := sc.flags("rm", "rm [flags] ID | ID:PATH\n\nID ends the session (its sandbox is destroyed); ID:PATH removes PATH (a directory\nwith its contents) from its workspace.")
-	if code, ok := parseFlags(fs, args); !ok {
+	cl, code := sc.start(fs, args, func(n int) bool { return n == 1 })
+	if cl == nil {
 		return code
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return exitUsage
-	}
-	cl, err := sc.client()
-	if err != nil {
-		return sc.fail(err)
 	}
 	if id, p, ok := splitRemote(fs.Arg(0)); ok {
 		if err := cl.RemoveFile(ctx, id, p); err != nil {
