@@ -59,16 +59,22 @@ func (s *Store) Begin(inv *sandbox.Invocation, st State, now time.Time) error {
 		ID: inv.ID, Tenant: inv.Tenant, SpecDigest: Digest(inv), State: st,
 		Transitions: []Transition{{st, now}}, Created: now,
 	}
+	return s.insert(bucketInvocations, "invocation", inv.ID, rec)
+}
+
+// insert commits rec (a what) under id in bucket; an id already recorded
+// is refused.
+func (s *Store) insert(bucket []byte, what, id string, rec any) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
 	return s.commit(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bucketInvocations)
-		if bk.Get([]byte(inv.ID)) != nil {
-			return fmt.Errorf("store: invocation %s already recorded", inv.ID)
+		bk := tx.Bucket(bucket)
+		if bk.Get([]byte(id)) != nil {
+			return fmt.Errorf("store: %s %s already recorded", what, id)
 		}
-		return bk.Put([]byte(inv.ID), b)
+		return bk.Put([]byte(id), b)
 	})
 }
 

@@ -1,8 +1,6 @@
 package store
 
 import (
-	"encoding/json"
-	"fmt"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -54,17 +52,7 @@ type Session struct {
 // BeginSession records rec, which must be new: an id is never recorded
 // twice.
 func (s *Store) BeginSession(rec Session) error {
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	return s.commit(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bucketSessions)
-		if bk.Get([]byte(rec.ID)) != nil {
-			return fmt.Errorf("store: session %s already recorded", rec.ID)
-		}
-		return bk.Put([]byte(rec.ID), b)
-	})
+	return s.insert(bucketSessions, "session", rec.ID, rec)
 }
 
 // UpdateSession applies fn to the record id inside one transaction. A
