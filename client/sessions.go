@@ -29,7 +29,8 @@ type SessionRequest struct {
 	Limits    sandbox.Limits  `json:"limits"`
 	Policy    sandbox.Policy  `json:"policy"`
 	Resources resource.Vector `json:"resources"`
-	// IdleTimeout ends a session untouched that long (zero: 10m);
+	// IdleTimeout ends a session without an exec or file operation for
+	// that long (zero: 10m);
 	// MaxLifetime ends it that long after its creation (zero: 1h, or the
 	// idle timeout if longer; at most 24h).
 	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`

@@ -328,3 +328,32 @@ func TestSessionQuotaAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSessionIdleTimeoutEndsIt: the daemon ends a session nobody touched
+// for its idle timeout, and its sandbox leaves nothing on the host.
+func TestSessionIdleTimeoutEndsIt(t *testing.T) {
+	var img string
+	h := newHarnessWith(t, testConfig(), "", containerSessions(t, &img))
+	ctx := context.Background()
+	alice := h.client(aliceToken)
+	s, err := alice.CreateSession(ctx, &client.SessionRequest{Policy: sandbox.Policy{Trust: sandbox.Trusted}, IdleTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.Upload(ctx, s.ID, "marker", []byte("m"), 0); err != nil {
+		t.Fatal(err)
+	}
+	sbID := sessionSandbox(t, h.dir, "marker")
+	// Not a timing assertion: the end is awaited, bounded so that a daemon
+	// that never expires sessions fails instead of hanging.
+	var got *client.Session
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if got, err = alice.Session(ctx, s.ID); err != nil || got.State != client.SessionRunning {
+			break
+		}
+	}
+	if err != nil || got.State != client.SessionEnded || got.EndReason != "idle-timeout" {
+		t.Fatalf("after its idle timeout: %+v %v", got, err)
+	}
+	assertSandboxGone(t, h.dir, sbID)
+}

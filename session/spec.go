@@ -23,7 +23,8 @@ type Spec struct {
 	Limits    sandbox.Limits // see sandbox.Claim: the session's envelope
 	Policy    sandbox.Policy
 	Resources resource.Vector
-	// IdleTimeout ends a session no request has touched for that long.
+	// IdleTimeout ends a session that ran no exec or file operation for
+	// that long (reading its record does not count).
 	// Zero means DefaultIdleTimeout; it must be at least MinTimeout and at
 	// most MaxLifetime.
 	IdleTimeout time.Duration
