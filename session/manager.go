@@ -293,15 +293,14 @@ func (m *Manager) List(tenant string) ([]View, error) {
 	if err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "read sessions")
 	}
-	m.mu.Lock()
 	for i, v := range out {
-		if l := m.live[v.ID]; l != nil {
-			m.mu.Unlock()
+		m.mu.Lock()
+		l := m.live[v.ID]
+		m.mu.Unlock()
+		if l != nil {
 			out[i] = l.view()
-			m.mu.Lock()
 		}
 	}
-	m.mu.Unlock()
 	slices.SortFunc(out, func(a, b View) int { return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID)) })
 	return out, nil
 }

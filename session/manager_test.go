@@ -321,3 +321,55 @@ func TestRecoverAndClose(t *testing.T) {
 		t.Fatalf("recorded %v", states)
 	}
 }
+
+// TestHammerExecAndDelete: execs, file writes, gets, an Expire and a
+// Delete released at once on one session (run under -race): every exec
+// either ran or met the ended session (409), the sandbox is destroyed
+// once, and the record ends deleted.
+func TestHammerExecAndDelete(t *testing.T) {
+	fx := newFixture(t, 10)
+	v := fx.create(t, "acme", Spec{})
+	ctx := context.Background()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			var err error
+			switch i % 4 {
+			case 0:
+				_, err = fx.m.Exec(ctx, "acme", v.ID, &sandbox.Exec{Argv: []string{"true"}})
+			case 1:
+				_, err = fx.m.File(ctx, "acme", v.ID, &sandbox.FileOp{Op: sandbox.FileWrite, Path: "f", Data: []byte("x")})
+			case 2:
+				_, err = fx.m.Get("acme", v.ID)
+			case 3:
+				fx.m.Expire(fx.now)
+			}
+			if err != nil && sandbox.ClassOf(err) != sandbox.Conflict {
+				errs <- err
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-start
+		if _, err := fx.m.Delete("acme", v.ID); err != nil {
+			errs <- err
+		}
+	}()
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	got, _ := fx.m.Get("acme", v.ID)
+	if got.State != store.SessionEnded || got.EndReason != ReasonDeleted || fx.boxes[0].destroyed != 1 {
+		t.Fatalf("after the hammer: %+v, destroyed %d times", got, fx.boxes[0].destroyed)
+	}
+}
