@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/sandbox/sandboxtest"
 )
 
 func openSession(t *testing.T, b *Backend) *Sandbox {
@@ -43,60 +44,12 @@ func execOK(t *testing.T, s *Sandbox, e sandbox.Exec) *sandbox.Result {
 	return res
 }
 
-func file(t *testing.T, s *Sandbox, op sandbox.FileOp) *sandbox.FileReply {
-	t.Helper()
-	fr, err := s.File(context.Background(), &op)
-	if err != nil {
-		t.Fatalf("file %s %s: %v", op.Op, op.Path, err)
-	}
-	return fr
-}
-
-// TestSessionExecAndFiles: files and the filesystem persist across execs
-// of one session, each exec gets its own env, dir, stdin and limits, and a
-// timed-out exec leaves the session usable.
-func TestSessionExecAndFiles(t *testing.T) {
+// TestSessionConformance runs the session cases of the conformance suite
+// on both backends, pooled and one-shot (whose agent starts at Open).
+func TestSessionConformance(t *testing.T) {
 	for name, b := range newBackendsBothModes(t) {
 		t.Run(name, func(t *testing.T) {
-			s := openSession(t, b)
-			file(t, s, sandbox.FileOp{Op: sandbox.FileWrite, Path: "main.sh", Data: []byte("echo hello $1 > out.txt\ncat out.txt\n"), Mode: 0o755})
-			if res := execOK(t, s, sandbox.Exec{Argv: []string{"sh", "main.sh", "one"}}); string(res.Stdout) != "hello one\n" || res.ExitCode != 0 || res.Class != sandbox.OK {
-				t.Fatalf("first exec: %+v", res)
-			}
-			if res := execOK(t, s, sandbox.Exec{Argv: []string{"cat", "out.txt"}}); string(res.Stdout) != "hello one\n" {
-				t.Fatalf("second exec sees %q", res.Stdout)
-			}
-			if got := file(t, s, sandbox.FileOp{Op: sandbox.FileRead, Path: "out.txt"}).Data; string(got) != "hello one\n" {
-				t.Fatalf("download %q", got)
-			}
-			var names []string
-			for _, e := range file(t, s, sandbox.FileOp{Op: sandbox.FileList}).Entries {
-				names = append(names, e.Path+":"+e.Type)
-			}
-			if !slices.Equal(names, []string{"main.sh:file", "out.txt:file"}) {
-				t.Fatalf("list %v", names)
-			}
-			file(t, s, sandbox.FileOp{Op: sandbox.FileWrite, Path: "sub/x", Data: []byte("x")})
-			res := execOK(t, s, sandbox.Exec{Argv: []string{"sh", "-c", "echo $FOO; pwd; cat"}, Env: []string{"FOO=bar"}, Dir: "sub", Stdin: []byte("in\n")})
-			if string(res.Stdout) != "bar\n/workspace/sub\nin\n" {
-				t.Fatalf("env, dir and stdin: %q", res.Stdout)
-			}
-			res = execOK(t, s, sandbox.Exec{Argv: []string{"sh", "-c", "echo 0123456789"}, Output: 4})
-			if string(res.Stdout) != "0123" || !res.StdoutTruncated {
-				t.Fatalf("output cap: %q truncated=%v", res.Stdout, res.StdoutTruncated)
-			}
-			res = execOK(t, s, sandbox.Exec{Argv: []string{"sleep", "5"}, Wall: 300 * time.Millisecond})
-			if res.Class != sandbox.Timeout {
-				t.Fatalf("sleep past its wall: %+v", res)
-			}
-			file(t, s, sandbox.FileOp{Op: sandbox.FileRemove, Path: "out.txt"})
-			_, err := s.File(context.Background(), &sandbox.FileOp{Op: sandbox.FileRead, Path: "out.txt"})
-			if sandbox.ClassOf(err) != sandbox.NotFound || err.Error() != "not-found (path): openat out.txt: no such file or directory" {
-				t.Fatalf("read after remove: %v", err)
-			}
-			if res := execOK(t, s, sandbox.Exec{Argv: []string{"ls"}}); string(res.Stdout) != "main.sh\nsub\n" {
-				t.Fatalf("after the timeout and the remove: %q", res.Stdout)
-			}
+			sandboxtest.RunSession(t, b, sandboxtest.Options{Image: "busybox", Template: sandbox.Template{Image: "busybox"}})
 		})
 	}
 }
