@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/wovyr/wovyr/sandbox"
 )
 
 // MaxFrame bounds one frame: a job carries at most stdin and files (bounded
@@ -58,6 +60,15 @@ type Job struct {
 	// checkpoint, which every clone of a golden that skipped its Reexec
 	// shares (battery row 87 compares clones').
 	Draw bool `json:"draw,omitempty"`
+	// File, on a job without Argv, is one file operation in Dir (a
+	// session's workspace), confined to it; Reply.File answers it.
+	File *sandbox.FileOp `json:"file,omitempty"`
+	// Sweep asks the agent, after the job, to kill every other process in
+	// its pid namespace and reap them before it replies (a session's exec:
+	// nothing it started outlives it, even what left the job's process
+	// group). Only an agent that is its namespace's init can; Reply.Unswept
+	// says why one could not.
+	Sweep bool `json:"sweep,omitempty"`
 }
 
 // Rlimit is one resource limit, by its Linux number (RLIMIT_NOFILE, …).
@@ -94,6 +105,14 @@ type Reply struct {
 	Thawed *Thawed `json:"thawed,omitempty"`
 	// Draw answers a Draw job.
 	Draw uint64 `json:"draw,omitempty"`
+	// File answers a File job that succeeded. One that failed sets Error
+	// and FileClass: sandbox.NotFound for a missing path, else
+	// sandbox.BadInput (the path escapes, names a directory, …).
+	File      *sandbox.FileReply `json:"file,omitempty"`
+	FileClass sandbox.Class      `json:"file_class,omitempty"`
+	// Unswept is set when a Sweep job's sweep failed: processes may be
+	// left, and the host must not trust the sandbox with another job.
+	Unswept string `json:"unswept,omitempty"`
 }
 
 // WriteFrame writes v as one frame: a 4-byte big-endian length, then JSON.

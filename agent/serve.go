@@ -31,10 +31,17 @@ func Serve(ctx context.Context, rw io.ReadWriter) error {
 			rep = Reply{ID: job.ID, ExitCode: 127, Error: reexec(job.ID).Error()} // it returns only on failure
 		} else if len(job.Argv) > 0 {
 			rep = Execute(ctx, job)
+		} else if job.File != nil {
+			rep = fileJob(job)
 		} else {
 			rep = Reply{ID: job.ID}
 			if job.Draw {
 				rep.Draw = born
+			}
+		}
+		if job.Sweep {
+			if err := sweep(); err != nil {
+				rep.Unswept = err.Error()
 			}
 		}
 		if err := WriteFrame(rw, rep); err != nil {

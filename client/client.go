@@ -182,8 +182,14 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 	return nil
 }
 
-// send performs a request and turns any non-2xx answer into an *Error.
+// send performs a request with a JSON body (if any) and turns any non-2xx
+// answer into an *Error.
 func (c *Client) send(ctx context.Context, method, path string, body []byte) (*http.Response, error) {
+	return c.sendAs(ctx, method, path, body, "application/json")
+}
+
+// sendAs is send with a body of content type ctype.
+func (c *Client) sendAs(ctx context.Context, method, path string, body []byte, ctype string) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -193,7 +199,7 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte) (*h
 		return nil, sandbox.Wrap(sandbox.BadInput, err, "request")
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", ctype)
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	resp, err := c.hc.Do(req)

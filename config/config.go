@@ -134,6 +134,9 @@ type Tenant struct {
 	// MaxRunning bounds how many of its invocations run at once. Zero
 	// means no bound beyond the node's Concurrency.
 	MaxRunning int `json:"max_running,omitempty"`
+	// MaxSessions bounds its live sessions (creating and running); one
+	// more is 429. Zero means 8.
+	MaxSessions int `json:"max_sessions,omitempty"`
 	// Rate is its sustained submissions per second and Burst the bucket
 	// size; over it is 429 with Retry-After. Zero means 100/s and burst
 	// 1000.
@@ -206,6 +209,9 @@ func (c Config) WithDefaults() (Config, error) {
 		if t.MaxPending == 0 {
 			t.MaxPending = 1000
 		}
+		if t.MaxSessions == 0 {
+			t.MaxSessions = 8
+		}
 		if t.Rate == 0 {
 			t.Rate = 100
 		}
@@ -246,7 +252,7 @@ func (c Config) validate() error {
 			return bad(f+".name", "tenant %q listed twice", t.Name)
 		}
 		names[t.Name] = true
-		if t.Weight < 0 || t.MaxPending < 0 || t.MaxRunning < 0 || t.Rate < 0 || t.Burst < 0 {
+		if t.Weight < 0 || t.MaxPending < 0 || t.MaxRunning < 0 || t.MaxSessions < 0 || t.Rate < 0 || t.Burst < 0 {
 			return bad(f, "weight, quotas and rates must not be negative")
 		}
 		if len(t.TokenSHA256) == 0 {

@@ -25,7 +25,7 @@ func TestParseFillsTenantDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, ok := c.Tenant("acme")
-	if !ok || a.Weight != 3 || a.MaxRunning != 2 || a.MaxPending != 1000 || a.Rate != 100 || a.Burst != 1000 || c.Retention.D() != time.Hour {
+	if !ok || a.Weight != 3 || a.MaxRunning != 2 || a.MaxPending != 1000 || a.MaxSessions != 8 || a.Rate != 100 || a.Burst != 1000 || c.Retention.D() != time.Hour {
 		t.Fatalf("parsed %+v", c)
 	}
 }
@@ -33,16 +33,17 @@ func TestParseFillsTenantDefaults(t *testing.T) {
 func TestParseRejects(t *testing.T) {
 	h := HashToken("x")
 	for name, tc := range map[string]struct{ json, field string }{
-		"unknown key":     {`{"retention":"1h","retnetion":"2h","tenants":[]}`, ""},
-		"bad duration":    {`{"retention":"soon","tenants":[]}`, ""},
-		"bad tenant name": {`{"tenants":[{"name":"Acme!","token_sha256":["` + h + `"]}]}`, "tenants[0].name"},
-		"duplicate":       {`{"tenants":[{"name":"a","token_sha256":["` + h + `"]},{"name":"a","token_sha256":["` + HashToken("y") + `"]}]}`, "tenants[1].name"},
-		"no token":        {`{"tenants":[{"name":"a","token_sha256":[]}]}`, "tenants[0].token_sha256"},
-		"plain token":     {`{"tenants":[{"name":"a","token_sha256":["s3cret"]}]}`, "tenants[0].token_sha256"},
-		"shared token":    {`{"tenants":[{"name":"a","token_sha256":["` + h + `"]},{"name":"b","token_sha256":["` + h + `"]}]}`, "tenants[1].token_sha256"},
-		"negative quota":  {`{"tenants":[{"name":"a","max_pending":-1,"token_sha256":["` + h + `"]}]}`, "tenants[0]"},
-		"trailing data":   {`{"tenants":[]} {}`, ""},
-		"bad reconcile":   {`{"cgroup_reconcile":"some","tenants":[]}`, "cgroup_reconcile"},
+		"unknown key":       {`{"retention":"1h","retnetion":"2h","tenants":[]}`, ""},
+		"bad duration":      {`{"retention":"soon","tenants":[]}`, ""},
+		"bad tenant name":   {`{"tenants":[{"name":"Acme!","token_sha256":["` + h + `"]}]}`, "tenants[0].name"},
+		"duplicate":         {`{"tenants":[{"name":"a","token_sha256":["` + h + `"]},{"name":"a","token_sha256":["` + HashToken("y") + `"]}]}`, "tenants[1].name"},
+		"no token":          {`{"tenants":[{"name":"a","token_sha256":[]}]}`, "tenants[0].token_sha256"},
+		"plain token":       {`{"tenants":[{"name":"a","token_sha256":["s3cret"]}]}`, "tenants[0].token_sha256"},
+		"shared token":      {`{"tenants":[{"name":"a","token_sha256":["` + h + `"]},{"name":"b","token_sha256":["` + h + `"]}]}`, "tenants[1].token_sha256"},
+		"negative quota":    {`{"tenants":[{"name":"a","max_pending":-1,"token_sha256":["` + h + `"]}]}`, "tenants[0]"},
+		"negative sessions": {`{"tenants":[{"name":"a","max_sessions":-1,"token_sha256":["` + h + `"]}]}`, "tenants[0]"},
+		"trailing data":     {`{"tenants":[]} {}`, ""},
+		"bad reconcile":     {`{"cgroup_reconcile":"some","tenants":[]}`, "cgroup_reconcile"},
 	} {
 		_, err := Parse(strings.NewReader(tc.json))
 		if !errors.Is(err, sandbox.BadInput) || sandbox.FieldOf(err) != tc.field {

@@ -159,6 +159,26 @@ func TestSelectSkipsWrongKindAndEgress(t *testing.T) {
 	}
 }
 
+// TestSessionSelectionKeepsTheFloor: a session goes to the weakest
+// backend that holds sessions at or above the floor, never below it; a
+// stronger backend without sessions is named as such when none qualifies.
+func TestSessionSelectionKeepsTheFloor(t *testing.T) {
+	native := &fakeBackend{name: "native", strength: sandbox.Native, kinds: []sandbox.WorkloadKind{sandbox.KindCommand}, available: true}
+	ctr := &fakeBackend{name: "container", strength: sandbox.Container, kinds: []sandbox.WorkloadKind{sandbox.KindCommand, sandbox.KindSession}, available: true}
+	gv := &fakeBackend{name: "gvisor", strength: sandbox.GVisor, kinds: []sandbox.WorkloadKind{sandbox.KindCommand}, available: true}
+	m, _ := New(Config{Backends: []sandbox.Backend{native, ctr, gv}, Kernel: "k", Logger: slog.New(slog.DiscardHandler),
+		Certs: certMap{"native": passed("native"), "container": passed("container"), "gvisor": passed("gvisor")}})
+	ctx := context.Background()
+	if b, err := m.Select(ctx, sandbox.Policy{Trust: sandbox.Trusted}, sandbox.KindSession); b != ctr {
+		t.Fatalf("trusted session: %v %v, want container (native holds none)", b, err)
+	}
+	_, err := m.Select(ctx, sandbox.Policy{Trust: sandbox.Untrusted}, sandbox.KindSession)
+	want := "floor-unmet: no usable backend at or above gvisor for a session workload; gvisor: does not run session workloads"
+	if err == nil || err.Error() != want {
+		t.Fatalf("untrusted session: %v, want %s", err, want)
+	}
+}
+
 func TestFloorErrorNamesEachStrongerBackend(t *testing.T) {
 	var buf bytes.Buffer
 	native := &fakeBackend{name: "native", strength: sandbox.Native, kinds: []sandbox.WorkloadKind{sandbox.KindCommand}, available: true}

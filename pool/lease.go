@@ -57,17 +57,36 @@ func (l *Lease) Key() Key { return l.st.p.cfg.Key }
 // a Run after Release, is a BadInput error and runs nothing.
 func (l *Lease) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Result, error) {
 	st := l.st
-	if st.released.Load() {
-		return nil, sandbox.Errorf(sandbox.BadInput, "lease", "lease already released")
-	}
-	if !st.used.CompareAndSwap(false, true) {
-		return nil, sandbox.Errorf(sandbox.BadInput, "lease", "a lease runs one invocation")
+	if err := st.take(); err != nil {
+		return nil, err
 	}
 	res, err := st.sb.Run(ctx, inv)
 	if res != nil && res.Timings.Acquired.IsZero() {
 		res.Timings.Acquired = st.acquired
 	}
 	return res, err
+}
+
+// Hold marks the lease used and returns its sandbox, for a caller that
+// drives the sandbox itself over many calls (a session's, package
+// session): Release then resets or destroys it as after a Run. Hold after
+// a Run, a Hold or Release is a BadInput error.
+func (l *Lease) Hold() (sandbox.Sandbox, error) {
+	if err := l.st.take(); err != nil {
+		return nil, err
+	}
+	return l.st.sb, nil
+}
+
+// take marks the lease used, once, by a Run or a Hold.
+func (st *leaseState) take() error {
+	if st.released.Load() {
+		return sandbox.Errorf(sandbox.BadInput, "lease", "lease already released")
+	}
+	if !st.used.CompareAndSwap(false, true) {
+		return sandbox.Errorf(sandbox.BadInput, "lease", "a lease runs one invocation or holds one session")
+	}
+	return nil
 }
 
 // Release gives the sandbox back: unused, it goes back warm; used, it is

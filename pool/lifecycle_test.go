@@ -73,6 +73,42 @@ func TestReleaseResetOrDestroy(t *testing.T) {
 	}
 }
 
+// TestHeldLeaseIsDestroyed: a sandbox held for a session is used, so its
+// Release destroys it; it can neither Run nor be held again.
+func TestHeldLeaseIsDestroyed(t *testing.T) {
+	f := &fakes{}
+	p, _ := newPool(t, Config{Factory: f.factory, MaxLive: 1})
+	l, err := p.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := idOf(l)
+	if _, err := l.Hold(); err != nil {
+		t.Fatal(err)
+	}
+	const again = "bad-input (lease): a lease runs one invocation or holds one session"
+	if _, err := l.Hold(); err == nil || err.Error() != again {
+		t.Fatalf("second Hold: %v", err)
+	}
+	if _, err := l.Run(context.Background(), inv("acme")); err == nil || err.Error() != again {
+		t.Fatalf("Run after Hold: %v", err)
+	}
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Snapshot(); s.Destroys != 1 {
+		t.Fatalf("destroys = %d, want 1", s.Destroys)
+	}
+	l, err = p.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	if idOf(l) == first {
+		t.Fatal("a held sandbox went back warm")
+	}
+}
+
 func TestReconcileFillsAndTrims(t *testing.T) {
 	f := &fakes{}
 	p, _ := newPool(t, Config{Factory: f.factory, MaxLive: 6, Autoscale: autoscale.Config{

@@ -62,8 +62,9 @@ type Template struct {
 }
 
 // Sandbox is one prepared sandbox. It runs at most one invocation unless the
-// backend also implements Resetter; Destroy is idempotent and must release
-// everything the sandbox holds (processes, mounts, cgroups, files).
+// backend also implements Resetter, or holds one session if it implements
+// Session (session.go); Destroy is idempotent and must release everything
+// the sandbox holds (processes, mounts, cgroups, files).
 type Sandbox interface {
 	// Run applies inv's policy and limits (claim time) and runs it. A nil
 	// error means the workload ran and Result says how it ended (its Class

@@ -28,7 +28,16 @@ const (
 	Unenforceable  Class = "policy-unenforceable"
 )
 
-// Classes lists every non-OK class.
+// Request-level classes: a request about a named, long-lived resource (a
+// session, a file in its workspace) that does not exist for the caller, or
+// whose state forbids it. No workload ends with them, so Classes leaves
+// them out; the HTTP API maps them to 404 and 409.
+const (
+	NotFound Class = "not-found"
+	Conflict Class = "conflict"
+)
+
+// Classes lists every non-OK class a Result can carry.
 var Classes = []Class{BadInput, FloorUnmet, Timeout, OOM, OutOfFuel, Killed, BackendFailure, Lost, Unenforceable}
 
 func (c Class) Error() string { return string(c) }

@@ -22,6 +22,12 @@ const (
 	KindCommand   WorkloadKind = "command"   // argv in a root filesystem
 	KindWasm      WorkloadKind = "wasm"      // a WASI preview1 core module
 	KindComponent WorkloadKind = "component" // a WebAssembly component (later)
+	// KindSession is commands run one after another in a long-lived
+	// sandbox (package session). It is a kind for Select only: a backend
+	// lists it when its sandboxes implement Session, so the floor rule
+	// picks among those; no invocation has it, and a session's sandbox is
+	// prepared for KindCommand.
+	KindSession WorkloadKind = "session"
 )
 
 // Input bounds. Anything larger is BadInput: inputs are held in memory and

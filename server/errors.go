@@ -17,8 +17,8 @@ import (
 const (
 	Unauthenticated sandbox.Class = "unauthenticated" // no or unknown bearer token
 	Forbidden       sandbox.Class = "forbidden"       // the token may not do this (admin only)
-	NotFound        sandbox.Class = "not-found"       // no such resource for this tenant
-	Conflict        sandbox.Class = "conflict"        // the resource's state forbids it (cancel a finished run)
+	NotFound                      = sandbox.NotFound  // no such resource for this tenant
+	Conflict                      = sandbox.Conflict  // the resource's state forbids it (cancel a finished run)
 	TooLarge        sandbox.Class = "too-large"       // the body exceeds the cap
 	RateLimited     sandbox.Class = "rate-limited"    // over the rate guard or the tenant's quota
 	Unavailable     sandbox.Class = "unavailable"     // shutting down or not ready

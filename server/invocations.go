@@ -150,22 +150,31 @@ func (s *Server) waitParam(r *http.Request) (time.Duration, error) {
 	return min(d, s.cfg.MaxWait.D()), nil
 }
 
-// decodeInvocation reads the body strictly: bounded (413), well-formed
-// JSON (400), no unknown fields (400 naming the field), one object only.
+// decodeInvocation reads the body strictly (decodeBody).
 func (s *Server) decodeInvocation(w http.ResponseWriter, r *http.Request) (*sandbox.Invocation, error) {
+	var inv sandbox.Invocation
+	if err := s.decodeBody(w, r, &inv, "invocation"); err != nil {
+		return nil, err
+	}
+	return &inv, nil
+}
+
+// decodeBody reads the body into v (a what) strictly: bounded (413),
+// well-formed JSON (400), no unknown fields (400 naming the field), one
+// object only.
+func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any, what string) error {
 	limit := s.cfg.MaxBodyBytes
 	if r.ContentLength > limit {
-		return nil, sandbox.Errorf(TooLarge, "", "the body is %d bytes; the limit is %d", r.ContentLength, limit)
+		return sandbox.Errorf(TooLarge, "", "the body is %d bytes; the limit is %d", r.ContentLength, limit)
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
-	var inv sandbox.Invocation
-	err := dec.Decode(&inv)
+	err := dec.Decode(v)
 	if err == nil {
 		if dec.Decode(&struct{}{}) != io.EOF {
-			return nil, sandbox.Errorf(sandbox.BadInput, "", "the body must hold one JSON object and nothing after it")
+			return sandbox.Errorf(sandbox.BadInput, "", "the body must hold one JSON object and nothing after it")
 		}
-		return &inv, nil
+		return nil
 	}
 	var (
 		maxErr    *http.MaxBytesError
@@ -175,23 +184,23 @@ func (s *Server) decodeInvocation(w http.ResponseWriter, r *http.Request) (*sand
 	)
 	switch {
 	case errors.As(err, &maxErr):
-		return nil, sandbox.Errorf(TooLarge, "", "the body exceeds %d bytes", limit)
+		return sandbox.Errorf(TooLarge, "", "the body exceeds %d bytes", limit)
 	case errors.Is(err, io.EOF):
-		return nil, sandbox.Errorf(sandbox.BadInput, "", "the body is empty; want a JSON invocation")
+		return sandbox.Errorf(sandbox.BadInput, "", "the body is empty; want a JSON %s", what)
 	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
-		return nil, sandbox.Errorf(sandbox.BadInput, "", "malformed JSON: %v", err)
+		return sandbox.Errorf(sandbox.BadInput, "", "malformed JSON: %v", err)
 	case errors.As(err, &typeErr):
-		return nil, sandbox.Errorf(sandbox.BadInput, typeErr.Field, "%s must be a JSON %s", typeErr.Field, typeErr.Type)
+		return sandbox.Errorf(sandbox.BadInput, typeErr.Field, "%s must be a JSON %s", typeErr.Field, typeErr.Type)
 	case errors.As(err, &typed):
-		return nil, err
+		return err
 	}
 	// encoding/json reports unknown fields only as text.
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		name, _ = strconv.Unquote(name)
-		return nil, sandbox.Errorf(sandbox.BadInput, name, "unknown field %q", name)
+		return sandbox.Errorf(sandbox.BadInput, name, "unknown field %q", name)
 	}
 	// The decoder's message is about the body alone: safe to show whole.
-	return nil, sandbox.Errorf(sandbox.BadInput, "", "invalid invocation: %v", err)
+	return sandbox.Errorf(sandbox.BadInput, "", "invalid %s: %v", what, err)
 }
 
 // wire converts a store record to its API form.

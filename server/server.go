@@ -9,10 +9,16 @@
 // id ends done, failed or — if the daemon dies — lost, which start-up
 // records (Run) before it serves anything.
 //
+// Sessions (/v1/sessions, sessions.go) take the same first steps —
+// authenticate, rate guard, validate, Select (kind session), admission —
+// then package session holds them: a sandbox leased from the same pools,
+// many execs and file operations, ended on delete, idle timeout or
+// lifetime, and recorded interrupted when the daemon stops or restarts.
+//
 // What it refuses to do: re-run an invocation that was running when the
 // daemon died (the caller decides; it reads lost/daemon-restart), let a
-// tenant see another's invocations (404, not 403, so ids do not leak), or
-// map errors to statuses anywhere but statusOf.
+// tenant see another's invocations or sessions (404, not 403, so ids do
+// not leak), or map errors to statuses anywhere but statusOf.
 package server
 
 import (
@@ -30,6 +36,7 @@ import (
 	"github.com/wovyr/wovyr/config"
 	"github.com/wovyr/wovyr/manager"
 	"github.com/wovyr/wovyr/pool"
+	"github.com/wovyr/wovyr/session"
 	"github.com/wovyr/wovyr/store"
 )
 
@@ -61,17 +68,18 @@ type Options struct {
 
 // Server is the daemon. Create it with New and start it with Run.
 type Server struct {
-	cfg     config.Config
-	mgr     *manager.Manager
-	store   *store.Store
-	adm     Admission
-	pools   *pool.Group
-	recs    []Reconciler
-	certify func(context.Context, string) (cert.Record, error)
-	log     *slog.Logger
-	met     *metrics
-	tenants []*tenant
-	note    notifier
+	cfg      config.Config
+	mgr      *manager.Manager
+	store    *store.Store
+	adm      Admission
+	pools    *pool.Group
+	recs     []Reconciler
+	certify  func(context.Context, string) (cert.Record, error)
+	log      *slog.Logger
+	met      *metrics
+	tenants  []*tenant
+	note     notifier
+	sessions *session.Manager
 
 	// base bounds every invocation; it is cancelled only after shutdown
 	// has killed and recorded them.
@@ -123,6 +131,9 @@ func New(opts Options) (*Server, error) {
 	if s.pools, err = newPools(cfg, s); err != nil {
 		return nil, err
 	}
+	if s.sessions, err = newSessions(s, s.log); err != nil {
+		return nil, err
+	}
 	s.met = newMetrics(s.adm.Queued)
 	s.met.reg.MustRegister(newPoolCollector(s.pools))
 	if f, ok := s.adm.(*Fair); ok {
@@ -146,6 +157,10 @@ func (s *Server) Recover(ctx context.Context) error {
 		s.log.Warn("invocation lost", "id", id, "tenant", rec.Tenant, "backend", rec.Backend, "reason", "daemon-restart")
 	}
 	var errs []error
+	if _, err := s.sessions.Recover(time.Now()); err != nil {
+		s.log.Error("recover sessions", "error", err)
+		errs = append(errs, fmt.Errorf("sessions: %w", err))
+	}
 	for _, r := range s.recs {
 		if err := r.Fn(ctx); err != nil {
 			s.log.Error("reconcile", "reconciler", r.Name, "error", err)
@@ -176,9 +191,10 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	s.warm = s.prewarm(sts)
 	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
-	purgeDone, poolsDone := make(chan struct{}), make(chan struct{})
+	purgeDone, poolsDone, sessionsDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() { defer close(purgeDone); s.purgeLoop(s.base) }()
 	go func() { defer close(poolsDone); s.poolLoop(s.base) }()
+	go func() { defer close(sessionsDone); s.sessionLoop(s.base) }()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	// Ready once the default pools hold their minimum, so that the first
@@ -196,6 +212,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	s.shutdown(hs)
 	<-purgeDone
 	<-poolsDone
+	<-sessionsDone
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
@@ -214,6 +231,9 @@ func (s *Server) shutdown(hs *http.Server) {
 		_ = hs.Shutdown(context.Background())
 	}()
 	s.cancelJobs(false) // queued ones never start
+	// Sessions end now: their operations are cancelled, their sandboxes
+	// destroyed (before the pools close) and their records interrupted.
+	s.sessions.Close()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	grace := time.NewTimer(s.cfg.ShutdownGrace.D())
@@ -254,6 +274,11 @@ func (s *Server) purge() {
 	} else if n > 0 {
 		s.log.Info("purged", "records", n, "retention", s.cfg.Retention.D())
 	}
+	if n, err := s.store.PurgeSessions(time.Now().Add(-s.cfg.Retention.D())); err != nil {
+		s.log.Error("purge sessions", "error", err)
+	} else if n > 0 {
+		s.log.Info("purged", "sessions", n, "retention", s.cfg.Retention.D())
+	}
 }
 
 // Handler is the API's routing; every route but /healthz and /readyz
@@ -267,6 +292,16 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/invocations/{id}", s.authed(false, s.handleGet))
 	route("DELETE /v1/invocations/{id}", s.authed(false, s.handleCancel))
 	route("GET /v1/invocations/{id}/events", s.authed(false, s.handleEvents))
+	route("POST /v1/sessions", s.authed(false, s.handleSessionCreate))
+	route("GET /v1/sessions", s.authed(false, s.handleSessionList))
+	route("GET /v1/sessions/{id}", s.authed(false, s.handleSessionGet))
+	route("DELETE /v1/sessions/{id}", s.authed(false, s.handleSessionDelete))
+	route("POST /v1/sessions/{id}/exec", s.authed(false, s.handleExec))
+	route("GET /v1/sessions/{id}/files", s.authed(false, s.handleFileList))
+	route("GET /v1/sessions/{id}/files/stat", s.authed(false, s.handleFileStat))
+	route("GET /v1/sessions/{id}/files/content", s.authed(false, s.handleDownload))
+	route("PUT /v1/sessions/{id}/files/content", s.authed(false, s.handleUpload))
+	route("DELETE /v1/sessions/{id}/files/content", s.authed(false, s.handleFileRemove))
 	route("GET /v1/backends", s.authed(false, s.handleBackends))
 	route("POST /v1/backends/{name}/certify", s.authed(true, s.handleCertify))
 	route("GET /metrics", s.authed(true, func(w http.ResponseWriter, r *http.Request, _ *tenant) {

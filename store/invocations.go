@@ -59,16 +59,22 @@ func (s *Store) Begin(inv *sandbox.Invocation, st State, now time.Time) error {
 		ID: inv.ID, Tenant: inv.Tenant, SpecDigest: Digest(inv), State: st,
 		Transitions: []Transition{{st, now}}, Created: now,
 	}
+	return s.insert(bucketInvocations, "invocation", inv.ID, rec)
+}
+
+// insert commits rec (a what) under id in bucket; an id already recorded
+// is refused.
+func (s *Store) insert(bucket []byte, what, id string, rec any) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
 	return s.commit(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bucketInvocations)
-		if bk.Get([]byte(inv.ID)) != nil {
-			return fmt.Errorf("store: invocation %s already recorded", inv.ID)
+		bk := tx.Bucket(bucket)
+		if bk.Get([]byte(id)) != nil {
+			return fmt.Errorf("store: %s %s already recorded", what, id)
 		}
-		return bk.Put([]byte(inv.ID), b)
+		return bk.Put([]byte(id), b)
 	})
 }
 
@@ -80,17 +86,26 @@ func (s *Store) Update(id string, fn func(*Invocation) error) error {
 
 // update applies fn to id inside tx; it fails before writing anything.
 func (s *Store) update(tx *bolt.Tx, id string, fn func(*Invocation) error) error {
-	bk := tx.Bucket(bucketInvocations)
+	return updateIn(tx, bucketInvocations, "invocation", id, func(r *Invocation) (bool, string) {
+		return r.State.Terminal(), string(r.State)
+	}, fn)
+}
+
+// updateIn applies fn to the record id of type T (a what) in bucket,
+// inside tx, unless state says the record is terminal (and names its
+// state); it fails before writing anything.
+func updateIn[T any](tx *bolt.Tx, bucket []byte, what, id string, state func(*T) (bool, string), fn func(*T) error) error {
+	bk := tx.Bucket(bucket)
 	raw := bk.Get([]byte(id))
 	if raw == nil {
-		return fmt.Errorf("%w: invocation %s", ErrNotFound, id)
+		return fmt.Errorf("%w: %s %s", ErrNotFound, what, id)
 	}
-	var rec Invocation
+	var rec T
 	if err := json.Unmarshal(raw, &rec); err != nil {
 		return err
 	}
-	if rec.State.Terminal() {
-		return fmt.Errorf("store: invocation %s is already %s", id, rec.State)
+	if done, name := state(&rec); done {
+		return fmt.Errorf("store: %s %s is already %s", what, id, name)
 	}
 	if err := fn(&rec); err != nil {
 		return err
@@ -125,10 +140,14 @@ func (s *Store) Get(id string) (Invocation, error) {
 }
 
 // Each calls fn for every record, in id order, inside one read transaction.
-func (s *Store) Each(fn func(Invocation) error) error {
+func (s *Store) Each(fn func(Invocation) error) error { return eachIn(s, bucketInvocations, fn) }
+
+// eachIn calls fn for every record of type T in bucket, in key order,
+// inside one read transaction.
+func eachIn[T any](s *Store, bucket []byte, fn func(T) error) error {
 	return s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketInvocations).ForEach(func(_, v []byte) error {
-			var rec Invocation
+		return tx.Bucket(bucket).ForEach(func(_, v []byte) error {
+			var rec T
 			if err := json.Unmarshal(v, &rec); err != nil {
 				return err
 			}
@@ -170,14 +189,21 @@ func (s *Store) Purge(cutoff time.Time) (int, error) {
 	return s.purgeWhere(func(rec *Invocation) bool { return rec.State.Terminal() && rec.Created.Before(cutoff) })
 }
 
-// purgeWhere deletes, in one transaction, the records dead selects.
+// purgeWhere deletes, in one transaction, the invocation records dead
+// selects.
 func (s *Store) purgeWhere(dead func(*Invocation) bool) (int, error) {
+	return purgeBucket(s, bucketInvocations, dead)
+}
+
+// purgeBucket deletes, in one transaction, the records of type T in bucket
+// that dead selects, and returns how many.
+func purgeBucket[T any](s *Store, bucket []byte, dead func(*T) bool) (int, error) {
 	n := 0
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bucketInvocations)
+		bk := tx.Bucket(bucket)
 		var keys [][]byte
 		err := bk.ForEach(func(k, v []byte) error {
-			var rec Invocation
+			var rec T
 			if err := json.Unmarshal(v, &rec); err != nil {
 				return err
 			}

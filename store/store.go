@@ -27,7 +27,8 @@ var (
 	bucketCerts       = []byte("certs")
 	bucketInvocations = []byte("invocations")
 	bucketProbes      = []byte("probes")
-	buckets           = [][]byte{bucketCerts, bucketInvocations, bucketProbes}
+	bucketSessions    = []byte("sessions")
+	buckets           = [][]byte{bucketCerts, bucketInvocations, bucketProbes, bucketSessions}
 )
 
 // ErrLocked means another process (a running daemon, most likely) holds

@@ -115,12 +115,13 @@ func (b *Backend) Name() string { return b.name }
 func (b *Backend) Strength() sandbox.Strength { return b.strength }
 
 // Kinds implements sandbox.Backend: wasm modules run through the static
-// wasm runner (Config.WasmRunner) inside the sandbox, when there is one.
+// wasm runner (Config.WasmRunner) inside the sandbox, when there is one;
+// every sandbox can hold a session (session.go).
 func (b *Backend) Kinds() []sandbox.WorkloadKind {
 	if b.runner != "" {
-		return []sandbox.WorkloadKind{sandbox.KindCommand, sandbox.KindWasm}
+		return []sandbox.WorkloadKind{sandbox.KindCommand, sandbox.KindWasm, sandbox.KindSession}
 	}
-	return []sandbox.WorkloadKind{sandbox.KindCommand}
+	return []sandbox.WorkloadKind{sandbox.KindCommand, sandbox.KindSession}
 }
 
 // imagesDir is where templates live.

@@ -198,29 +198,40 @@ func TestEgressTruthTableGVisor(t *testing.T) {
 // backend prepared as tmpl says, with a peer beside it.
 func assertTruthTable(t *testing.T, r *egressRig, tmpl sandbox.Template) {
 	img := egressImage(t)
-	ctx := context.Background()
 	tmpl.Kind, tmpl.Image, tmpl.Limits = sandbox.KindCommand, img, sandbox.Limits{Pids: 512}
 	peer := prepareTmpl(t, r.b, tmpl)
 	sb := prepareTmpl(t, r.b, tmpl)
 	gw := sb.net.Gateway().String()
 	rows := egresstest.SandboxTable(gw, peer.net.Addr().String())
 	spec := egresstest.TableSpec(rows, r.rig.CAPEM, gw)
-	rep := runProbe(t, sb, "tenant-a", egresstest.TenantPolicy, spec)
+	assertTableReport(t, rows, runProbe(t, sb, "tenant-a", egresstest.TenantPolicy, spec))
+	assertCleanEnd(t, r, r.b, sb, peer)
+}
+
+// assertTableReport checks a truth table's report, its child's included.
+func assertTableReport(t *testing.T, rows []egresstest.Row, rep egresstest.Report) {
+	t.Helper()
 	egresstest.AssertTable(t, rows, rep, 0)
 	if rep.Child == nil {
 		t.Fatalf("child report missing: %s", rep.ChildErr)
 	}
 	egresstest.AssertTable(t, egresstest.ChildRows(rows), *rep.Child, 1)
+}
+
+// assertCleanEnd checks that r's DNS server never saw the canary, then
+// destroys sbs (of b) and checks the host kept nothing of them.
+func assertCleanEnd(t *testing.T, r *egressRig, b *Backend, sbs ...*Sandbox) {
+	t.Helper()
 	for _, q := range r.rig.Queries() {
 		if strings.Contains(q, egresstest.Canary) {
 			t.Errorf("the harness DNS server saw the canary: %s", q)
 		}
 	}
-	for _, s := range []*Sandbox{sb, peer} {
-		if err := s.Destroy(ctx); err != nil {
+	for _, s := range sbs {
+		if err := s.Destroy(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		assertNoLeftovers(t, r.b, s)
+		assertNoLeftovers(t, b, s)
 	}
 }
 

@@ -155,7 +155,7 @@ var rlimitNames = map[int]string{
 // runInit runs inv as the container's init and fills in res; done reports
 // a result whose files are not to be collected (cancelled).
 func (s *Sandbox) runInit(ctx context.Context, inv *sandbox.Invocation, lim sandbox.Limits, res *sandbox.Result) (done bool, err error) {
-	env := s.workloadEnv(inv)
+	env := s.workloadEnv(inv.Workload.Env)
 	argv := slices.Clone(inv.Workload.Argv)
 	res.Timings.Started = time.Now()
 	prog, err := agent.LookPathIn(filepath.Join(s.dir, "rootfs"), workDir, argv[0], env, s.mountSources())

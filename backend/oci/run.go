@@ -32,51 +32,17 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	if err := inv.Validate(); err != nil {
 		return nil, err
 	}
-	if !sandbox.Accepts(s.b, inv.Workload.Kind) {
-		return nil, sandbox.Errorf(sandbox.BadInput, "workload.kind", "%s backend does not run %s workloads (wasm needs Config.WasmRunner)", s.b.name, inv.Workload.Kind)
-	}
-	if err := s.checkNetwork(inv.Policy.Network); err != nil {
+	if err := s.take(inv); err != nil {
 		return nil, err
 	}
-	if img := inv.Workload.Image; img != "" && img != s.image {
-		return nil, sandbox.Errorf(sandbox.BadInput, "workload.image", "sandbox was prepared for image %q, not %q", s.image, img)
-	}
-	s.mu.Lock()
-	if s.used || s.gone {
-		s.mu.Unlock()
-		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "sandbox %s already ran an invocation or was destroyed", s.id)
-	}
-	s.used = true
-	s.mu.Unlock()
-
 	lim := s.b.weaken(inv.Limits.WithDefaults())
 	res := &sandbox.Result{ID: inv.ID, Backend: s.b.name, Accel: s.d.accel}
 	if res.ID == "" {
 		res.ID = s.id
 	}
-	unstarted := s.oneShot && s.client == nil
-	direct := unstarted && s.direct(inv)
-	if s.boot.netstack {
-		// runsc takes the slot's address when it starts: bind the slot
-		// to the tenant's policy first (egress.go).
-		if err := s.applyNetwork(ctx, inv); err != nil {
-			return nil, err
-		}
-	}
-	if unstarted && !direct {
-		// A one-shot sandbox started nothing at Prepare: this invocation
-		// needs the agent (oneshot.go), so it starts now.
-		if err := s.startAgent(ctx); err != nil {
-			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s: start the agent of %s", s.b.name, s.id)
-		}
-	}
-	if err := s.claim(inv, lim); err != nil {
-		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s: claim %s for %s", s.b.name, s.id, inv.Tenant)
-	}
-	if !s.boot.netstack {
-		if err := s.applyNetwork(ctx, inv); err != nil {
-			return nil, err
-		}
+	direct := s.oneShot && s.client == nil && s.direct(inv)
+	if err := s.begin(ctx, inv, lim, !direct); err != nil {
+		return nil, err
 	}
 	var err error
 	var done bool
@@ -101,11 +67,59 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	return res, nil
 }
 
+// take checks that the sandbox can run inv (kind, network, image) and
+// marks it used: a sandbox is claimed once, by Run or by Open.
+func (s *Sandbox) take(inv *sandbox.Invocation) error {
+	if !sandbox.Accepts(s.b, inv.Workload.Kind) {
+		return sandbox.Errorf(sandbox.BadInput, "workload.kind", "%s backend does not run %s workloads (wasm needs Config.WasmRunner)", s.b.name, inv.Workload.Kind)
+	}
+	if err := s.checkNetwork(inv.Policy.Network); err != nil {
+		return err
+	}
+	if img := inv.Workload.Image; img != "" && img != s.image {
+		return sandbox.Errorf(sandbox.BadInput, "workload.image", "sandbox was prepared for image %q, not %q", s.image, img)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.used || s.gone {
+		return sandbox.Errorf(sandbox.BackendFailure, "", "sandbox %s already ran an invocation or was destroyed", s.id)
+	}
+	s.used = true
+	return nil
+}
+
+// begin claims the sandbox for inv's tenant (limits, network), first
+// starting a one-shot sandbox's agent where needAgent: such a sandbox
+// started nothing at Prepare (oneshot.go).
+func (s *Sandbox) begin(ctx context.Context, inv *sandbox.Invocation, lim sandbox.Limits, needAgent bool) error {
+	if s.boot.netstack {
+		// runsc takes the slot's address when it starts: bind the slot
+		// to the tenant's policy first (egress.go).
+		if err := s.applyNetwork(ctx, inv); err != nil {
+			return err
+		}
+	}
+	if s.oneShot && s.client == nil && needAgent {
+		// A one-shot sandbox started nothing at Prepare: this invocation
+		// needs the agent (oneshot.go), so it starts now.
+		if err := s.startAgent(ctx); err != nil {
+			return sandbox.Wrap(sandbox.BackendFailure, err, "%s: start the agent of %s", s.b.name, s.id)
+		}
+	}
+	if err := s.claim(inv, lim); err != nil {
+		return sandbox.Wrap(sandbox.BackendFailure, err, "%s: claim %s for %s", s.b.name, s.id, inv.Tenant)
+	}
+	if s.boot.netstack {
+		return nil
+	}
+	return s.applyNetwork(ctx, inv)
+}
+
 // runJob runs inv through the agent and fills in res. done reports a
 // sandbox whose files are not to be collected (cancelled, or lost).
 func (s *Sandbox) runJob(ctx context.Context, inv *sandbox.Invocation, lim sandbox.Limits, res *sandbox.Result) (done bool, err error) {
 	job := agent.Job{
-		ID: res.ID, Argv: inv.Workload.Argv, Env: s.workloadEnv(inv), Dir: workDir,
+		ID: res.ID, Argv: inv.Workload.Argv, Env: s.workloadEnv(inv.Workload.Env), Dir: workDir,
 		Stdin: inv.Workload.Stdin, Wall: lim.Wall, Output: lim.Output, Rlimits: s.rlimits(lim),
 	}
 	if s.b.weak == battery.NoDeadline {
@@ -121,7 +135,14 @@ func (s *Sandbox) runJob(ctx context.Context, inv *sandbox.Invocation, lim sandb
 			return true, err
 		}
 	}
+	return s.doJob(ctx, job, lim, res, wasm)
+}
 
+// doJob sends job to the agent under the host's own deadline and CPU
+// watch and fills in res from the reply and the host's measurements. done
+// reports a sandbox whose agent did not reply (cancelled, or lost): its
+// connection is closed and no further job can reach it.
+func (s *Sandbox) doJob(ctx context.Context, job agent.Job, lim sandbox.Limits, res *sandbox.Result, wasm bool) (done bool, err error) {
 	hostCtx, cancel := context.WithTimeout(ctx, lim.Wall+hostGrace)
 	defer cancel()
 	cpuHit := s.watchCPU(hostCtx, cancel, lim.CPU)
@@ -157,6 +178,10 @@ func (s *Sandbox) runJob(ctx context.Context, inv *sandbox.Invocation, lim sandb
 	if err != nil {
 		return true, nil
 	}
+	if rep.Unswept != "" {
+		s.b.cfg.Logger.Warn("agent could not sweep", "backend", s.b.name, "id", s.id, "err", rep.Unswept)
+		return true, sandbox.Errorf(sandbox.BackendFailure, "", "%s: sandbox %s may hold leftover processes: %s", s.b.name, s.id, rep.Unswept)
+	}
 	if res.ExitCode == 0 && res.Signal == "" {
 		res.ExitCode, res.Signal = rep.ExitCode, signalName(rep.Signal)
 	}
@@ -181,10 +206,11 @@ func (s *Sandbox) runJob(ctx context.Context, inv *sandbox.Invocation, lim sandb
 	return false, nil
 }
 
-// workloadEnv is the environment inv's workload starts with: its own and
-// nothing inherited (but under the InheritEnv positive control).
-func (s *Sandbox) workloadEnv(inv *sandbox.Invocation) []string {
-	env := slices.Clone(inv.Workload.Env)
+// workloadEnv is the environment a workload (or a session's exec) with
+// env starts with: its own and nothing inherited (but under the
+// InheritEnv positive control).
+func (s *Sandbox) workloadEnv(env []string) []string {
+	env = slices.Clone(env)
 	if env == nil {
 		env = []string{}
 	}

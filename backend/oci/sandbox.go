@@ -30,7 +30,8 @@ import (
 
 // Sandbox is one prepared container: running the agent (Config.Pooled), or
 // a bundle whose runtime Run starts (oneshot.go). It runs at most one
-// invocation; Destroy releases everything it holds.
+// invocation, or holds one session (session.go); Destroy releases
+// everything it holds.
 type Sandbox struct {
 	b        *Backend
 	d        *driver
@@ -52,6 +53,7 @@ type Sandbox struct {
 
 	mu      sync.Mutex
 	used    bool
+	sess    *session                      // set by Open (session.go)
 	tenant  *cgroup.Group                 // sandboxCgroup; claim writes the tenant's limits here
 	written cgroup.Limits                 // what tenant enforces now
 	leaf    *cgroup.Group                 // poolCgroup, the runtime's

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -142,8 +143,11 @@ func mustNode(g *globals) (*node, int) {
 }
 
 // printJSON writes v indented to stdout.
-func printJSON(v any) {
-	enc := json.NewEncoder(os.Stdout)
+func printJSON(v any) { printJSONTo(os.Stdout, v) }
+
+// printJSONTo writes v to w as indented JSON.
+func printJSONTo(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
 }

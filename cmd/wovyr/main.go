@@ -30,6 +30,7 @@ func commands() []command {
 		{"certify", "run the escape battery and record certifications", certifyMain},
 		{"bench", "measure wovyr against the raw peers, side by side", benchMain},
 		{"image", "build, import, list and remove root filesystem templates", imageMain},
+		{"session", "long-lived sandboxes in a daemon: create, exec, cp, ls, rm", sessionMain},
 		{"version", "print the version", versionMain},
 		{"wasm-exec", "run one WASI module as this process (the runner inside stronger sandboxes)", wasmExecMain},
 		{"wasm-worker", "internal: the wasm backend's worker process (started by wovyr itself)", wasmWorkerMain},
@@ -57,7 +58,7 @@ const exitCodesHelp = `Exit codes (wovyr itself returns only 0, 2 and 120-127):
        (not found, not executable), on every backend
   0    success (commands other than run)
   2    usage error
-  120  bad input (nothing was started)
+  120  bad input (nothing was started), also an unknown or ended session
   121  floor unmet: no certified, available backend at or above the required strength
   122  a policy cannot be enforced: a network policy no eligible backend enforces, or
        files in or out (--file, --collect) for wasm without root (no disk quota)

@@ -209,22 +209,33 @@ func (c *runCmd) execute(ctx context.Context, n *node, inv *sandbox.Invocation) 
 	return res, runErr
 }
 
-// report prints the result and returns wovyr's exit code.
+// report prints the result, writes its collected files and returns
+// wovyr's exit code.
 func (c *runCmd) report(res *sandbox.Result) int {
-	if c.jsonOut {
-		printJSON(res)
-	} else {
-		os.Stdout.Write(res.Stdout)
-		os.Stderr.Write(res.Stderr)
-		if res.StdoutTruncated || res.StderrTruncated {
-			fmt.Fprintf(os.Stderr, "wovyr: output truncated (stdout %v, stderr %v)\n", res.StdoutTruncated, res.StderrTruncated)
-		}
-		if res.Class != sandbox.OK {
-			fmt.Fprintf(os.Stderr, "wovyr: %s: %s\n", res.Class, res.Error)
-		}
+	code := printResult(os.Stdout, os.Stderr, res, c.jsonOut)
+	if !c.jsonOut {
 		if err := writeCollected(c.more.collectDir, res.Files); err != nil {
 			fmt.Fprintln(os.Stderr, "wovyr:", err)
 			return classExit(sandbox.ClassOf(err))
+		}
+	}
+	return code
+}
+
+// printResult prints res as wovyr run does (its output on stdout and
+// stderr and wovyr's lines about it, or JSON) and returns wovyr's exit
+// code for it: the workload's own, or its class's.
+func printResult(stdout, stderr io.Writer, res *sandbox.Result, jsonOut bool) int {
+	if jsonOut {
+		printJSONTo(stdout, res)
+	} else {
+		stdout.Write(res.Stdout)
+		stderr.Write(res.Stderr)
+		if res.StdoutTruncated || res.StderrTruncated {
+			fmt.Fprintf(stderr, "wovyr: output truncated (stdout %v, stderr %v)\n", res.StdoutTruncated, res.StderrTruncated)
+		}
+		if res.Class != sandbox.OK {
+			fmt.Fprintf(stderr, "wovyr: %s: %s\n", res.Class, res.Error)
 		}
 	}
 	if res.Class != sandbox.OK {
@@ -233,7 +244,7 @@ func (c *runCmd) report(res *sandbox.Result) int {
 	if res.ExitCode < 0 || res.ExitCode > 255 {
 		// No exit status a process can have (issue #25: a -1 became an
 		// undocumented 255): the backend failed to say how the job ended.
-		fmt.Fprintf(os.Stderr, "wovyr: backend-failure: the workload's exit status is unknown (%d)\n", res.ExitCode)
+		fmt.Fprintf(stderr, "wovyr: backend-failure: the workload's exit status is unknown (%d)\n", res.ExitCode)
 		return exitBackendFailure
 	}
 	return res.ExitCode
@@ -266,6 +277,8 @@ func classExit(c sandbox.Class) int {
 		return exitOutOfFuel
 	case sandbox.Killed:
 		return exitKilled
+	case sandbox.NotFound, sandbox.Conflict:
+		return exitBadInput // no such session, or one that has ended
 	}
 	return exitBackendFailure
 }

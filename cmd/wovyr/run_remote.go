@@ -20,19 +20,24 @@ func (c *runCmd) runRemote(ctx context.Context, g *globals, inv *sandbox.Invocat
 	if !c.tenantSet {
 		inv.Tenant = "" // the token's tenant
 	}
-	tok := c.token
-	if tok == "" {
-		tok = os.Getenv("WOVYR_TOKEN")
-	}
-	if tok == "" {
-		b, _ := os.ReadFile(filepath.Join(g.stateDir, tokenFile))
-		tok = strings.TrimSpace(string(b))
-	}
-	res, err := client.New(c.remote, tok, nil).Run(ctx, inv)
+	res, err := client.New(c.remote, daemonToken(g, c.token), nil).Run(ctx, inv)
 	if err != nil {
 		return c.fail(err)
 	}
 	return c.report(res)
+}
+
+// daemonToken is the bearer token for a --remote command: flag, else
+// $WOVYR_TOKEN, else the daemon's bootstrap token in the state dir.
+func daemonToken(g *globals, flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if tok := os.Getenv("WOVYR_TOKEN"); tok != "" {
+		return tok
+	}
+	b, _ := os.ReadFile(filepath.Join(g.stateDir, tokenFile))
+	return strings.TrimSpace(string(b))
 }
 
 // storeFree fails fast when a daemon holds the state directory, instead of

@@ -32,16 +32,7 @@ type Options struct {
 
 // Run runs every conformance case against b.
 func Run(t *testing.T, b sandbox.Backend, opt Options) {
-	if opt.Template.Kind == "" {
-		opt.Template.Kind = sandbox.KindCommand
-	}
-	if opt.Trust == 0 {
-		opt.Trust = sandbox.Trusted
-	}
-	cases := []struct {
-		name string
-		fn   func(t *testing.T, h *harness)
-	}{
+	runCases(t, b, opt, []testCase[*harness]{
 		{"EchoExit", caseEchoExit},
 		{"EnvExact", caseEnvExact},
 		{"Stdin", caseStdin},
@@ -52,13 +43,30 @@ func Run(t *testing.T, b sandbox.Backend, opt Options) {
 		{"NotStarted", caseNotStarted},
 		{"EgressUnenforceable", caseEgress},
 		{"DestroyIdempotent", caseDestroyTwice},
+	}, func(t *testing.T, opt Options) *harness { return &harness{b: b, opt: opt} })
+}
+
+// testCase is one named case run on what mk of runCases makes (H).
+type testCase[H any] struct {
+	name string
+	fn   func(t *testing.T, h H)
+}
+
+// runCases runs each case as a subtest on a fresh mk(t, opt), opt's
+// defaults filled in, skipping (and saying so) what opt.Skip names.
+func runCases[H any](t *testing.T, b sandbox.Backend, opt Options, cases []testCase[H], mk func(*testing.T, Options) H) {
+	if opt.Template.Kind == "" {
+		opt.Template.Kind = sandbox.KindCommand
+	}
+	if opt.Trust == 0 {
+		opt.Trust = sandbox.Trusted
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if why, ok := opt.Skip[c.name]; ok {
 				t.Skipf("not applicable to %s: %s", b.Name(), why)
 			}
-			c.fn(t, &harness{b: b, opt: opt})
+			c.fn(t, mk(t, opt))
 		})
 	}
 }
