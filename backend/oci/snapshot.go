@@ -59,9 +59,9 @@ type boot struct {
 	// an egress slot, started only at Run once the slot is bound (egress.go).
 	netstack bool
 	capture  bool              // a golden's: identity mounts, agent-serving, warmed
-	from    *golden           // a clone of it: runsc restore, then the agent's thaw
-	thawed  *agent.Thawed     // the clone agent's answer to its thaw
-	ident   snapshot.Identity // what identityMounts gave it
+	from     *golden           // a clone of it: runsc restore, then the agent's thaw
+	thawed   *agent.Thawed     // the clone agent's answer to its thaw
+	ident    snapshot.Identity // what identityMounts gave it
 }
 
 func (b boot) cold() bool { return !b.capture && b.from == nil }
