@@ -51,7 +51,7 @@ func TestValidateRejectsBadInputWithField(t *testing.T) {
 		{"limits.output", func(i *Invocation) { i.Limits.Output = MaxOutputBytes + 1 }},
 		{"policy.trust", func(i *Invocation) { i.Policy.Trust = 0 }},
 		{"policy.floor", func(i *Invocation) { i.Policy.Floor = 9 }},
-		{"resources", func(i *Invocation) { i.Resources = resource.Vector{CPUMillis: -1} }},
+		{"resources", func(i *Invocation) { i.Resources.Vector = resource.Vector{CPUMillis: -1} }},
 		{"policy.network.allow[0].cidr", func(i *Invocation) {
 			i.Policy.Network.Allow = []netpolicy.Rule{{CIDR: "10.0.0.1/8", Ports: []uint16{443}}}
 		}},

@@ -46,7 +46,7 @@ func (s *Server) submit(ctx context.Context, t *tenant, inv *sandbox.Invocation,
 	if err := checkImage(b, inv); err != nil {
 		return nil, err
 	}
-	tk := Ticket{ID: inv.ID, Tenant: t.cfg.Name, Weight: t.cfg.Weight, Backend: b.Name(), Resources: inv.Resources}
+	tk := Ticket{ID: inv.ID, Tenant: t.cfg.Name, Weight: t.cfg.Weight, Backend: b.Name(), Resources: inv.Resources.Vector}
 	if err := s.adm.Admit(tk); err != nil {
 		return nil, err
 	}
