@@ -184,7 +184,7 @@ func (n *NVML) migCaps(minor, gi, ci int) []sandbox.DeviceNode {
 		return nil
 	}
 	want := map[string]bool{
-		fmt.Sprintf("gpu%d/gi%d/access", minor, gi):        true,
+		fmt.Sprintf("gpu%d/gi%d/access", minor, gi):          true,
 		fmt.Sprintf("gpu%d/gi%d/ci%d/access", minor, gi, ci): true,
 	}
 	var out []sandbox.DeviceNode
