@@ -42,5 +42,9 @@ func Shape(l sandbox.Limits) string {
 // KeyFor is the key of the pool for tmpl on backend: the template is named
 // by its kind and image ("command:" for the backend's default image).
 func KeyFor(backend string, tmpl sandbox.Template) Key {
-	return Key{Backend: backend, Template: string(tmpl.Kind) + ":" + tmpl.Image, Shape: Shape(tmpl.Limits)}
+	t := string(tmpl.Kind) + ":" + tmpl.Image
+	for i, g := range tmpl.GPUs { // a GPU template's pool is its devices' alone
+		t += map[bool]string{true: "+gpu=", false: ","}[i == 0] + g.UUID
+	}
+	return Key{Backend: backend, Template: t, Shape: Shape(tmpl.Limits)}
 }

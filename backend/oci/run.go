@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +33,9 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	}
 	if !sandbox.Accepts(s.b, inv.Workload.Kind) {
 		return nil, sandbox.Errorf(sandbox.BadInput, "workload.kind", "%s backend does not run %s workloads (wasm needs Config.WasmRunner)", s.b.name, inv.Workload.Kind)
+	}
+	if !sameGPUs(inv.GPUs, s.boot.gpus) {
+		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "%s: sandbox %s holds other GPU devices than the invocation was assigned", s.b.name, s.id)
 	}
 	if err := s.b.CheckNetwork(inv.Policy.Network); err != nil {
 		return nil, err
@@ -175,10 +177,7 @@ func (s *Sandbox) runJob(ctx context.Context, inv *sandbox.Invocation, lim sandb
 // workloadEnv is the environment inv's workload starts with: its own and
 // nothing inherited (but under the InheritEnv positive control).
 func (s *Sandbox) workloadEnv(inv *sandbox.Invocation) []string {
-	env := slices.Clone(inv.Workload.Env)
-	if env == nil {
-		env = []string{}
-	}
+	env := sandbox.GPUEnv(inv.Workload.Env, inv.GPUs) // non-nil; only the assigned GPUs named
 	if s.b.weak == battery.InheritEnv {
 		env = append(env, os.Environ()...)
 	}

@@ -98,13 +98,18 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 	if err != nil {
 		return nil, err
 	}
-	sb, err := b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, tmpl.Limits.WithDefaults(), boot{})
+	if len(tmpl.GPUs) > 0 {
+		if err := b.GPUSupport(ctx); err != nil {
+			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s: GPU template", b.name)
+		}
+	}
+	sb, err := b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, tmpl.Limits.WithDefaults(), boot{gpus: tmpl.GPUs})
 	if err != nil && ctx.Err() == nil && errors.Is(err, io.EOF) {
 		// The runtime's sandbox died before its agent answered (runsc
 		// under heavy load, seen rarely): nothing of it is left (prepare
 		// undoes every step), so one fresh attempt is safe.
 		b.cfg.Logger.Warn("sandbox died during start; retrying once", "backend", b.name, "err", err)
-		sb, err = b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, tmpl.Limits.WithDefaults(), boot{})
+		sb, err = b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, tmpl.Limits.WithDefaults(), boot{gpus: tmpl.GPUs})
 	}
 	if err != nil {
 		return nil, err
@@ -256,6 +261,7 @@ func (s *Sandbox) writeSpec() error {
 	if s.net != nil {
 		joinSlot(spec, s.netnsPath(), filepath.Join(s.dir, "resolv.conf"))
 	}
+	gpuEdits(s.boot.gpus).apply(spec)
 	if !s.boot.cold() {
 		if err := s.identityMounts(spec); err != nil {
 			return err
