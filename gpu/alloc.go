@@ -68,7 +68,9 @@ type Assignment struct {
 var _ sched.Placer = (*Allocator)(nil)
 
 // NewAllocator reads the inventory once. Unhealthy devices start
-// quarantined.
+// quarantined, and so do devices that already show processes (a previous
+// daemon's invocations may have outlived it): nothing is handed out that
+// was not verified clean.
 func NewAllocator(ctx context.Context, inv Inventory, log *slog.Logger) (*Allocator, error) {
 	devs, err := inv.Devices(ctx)
 	if err != nil {
@@ -77,8 +79,15 @@ func NewAllocator(ctx context.Context, inv Inventory, log *slog.Logger) (*Alloca
 	a := &Allocator{inv: inv, log: log, wants: map[string]want{}, holding: map[string][]int{}, qcount: map[string]uint64{}}
 	for _, d := range devs {
 		s := &slot{dev: d, state: Free}
-		if d.Health != "" {
+		switch {
+		case d.Health != "":
 			s.state, s.reason = Quarantined, "unhealthy: "+d.Health
+		default:
+			if dirty := a.dirty(ctx, d.UUID); dirty != "" {
+				s.state, s.reason = Quarantined, "at start: "+dirty
+			}
+		}
+		if s.state == Quarantined {
 			a.qcount[d.UUID]++
 			log.Warn("gpu quarantined at start", "device", d.UUID, "reason", s.reason)
 		}

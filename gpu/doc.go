@@ -21,7 +21,8 @@
 // device allows (PCI function reset of a whole GPU) and checked again. A
 // device that cannot be verified clean is quarantined — logged, counted,
 // never assigned again until an operator clears it (Unquarantine). An
-// unhealthy device starts quarantined.
+// unhealthy device, or one already showing processes when the allocator
+// starts (after a daemon crash), starts quarantined.
 //
 // # NVML
 //

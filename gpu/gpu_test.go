@@ -252,6 +252,21 @@ func TestUnhealthyStartsQuarantined(t *testing.T) {
 	}
 }
 
+// TestBusyAtStartQuarantined: a device that shows processes when the
+// allocator starts (a previous daemon's invocation outlived it) is not
+// handed out.
+func TestBusyAtStartQuarantined(t *testing.T) {
+	f := NewFake(2, 1<<30)
+	f.SetProcesses("GPU-fake-1", 77)
+	a := newAlloc(t, f)
+	if s := a.Snapshot()[1]; s.State != Quarantined || s.Reason != "at start: processes [77] remain" {
+		t.Fatalf("busy device at start: %+v", s)
+	}
+	if a.Free() != 1 {
+		t.Fatalf("%d free, want 1", a.Free())
+	}
+}
+
 // TestSchedulerPlacesOnDevices: through sched with the Allocator as its
 // Placer, a 2-GPU task waits while only one device is free even though the
 // vector counts two free (one is scrubbing-quarantined), and the start names
