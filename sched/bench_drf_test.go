@@ -30,26 +30,7 @@ func BenchmarkPickMixed(b *testing.B) {
 					}
 				}
 			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu0 := cpuSeconds()
-			for range b.N {
-				st, ok := s.Next(everything, now)
-				if !ok {
-					b.Fatal("nothing started")
-				}
-				if err := s.Done(st.Task.ID); err != nil {
-					b.Fatal(err)
-				}
-				if err := s.Submit(st.Task, now); err != nil {
-					b.Fatal(err)
-				}
-			}
-			cpu := cpuSeconds() - cpu0
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "picks/s")
-			if cpu > 0 {
-				b.ReportMetric(float64(b.N)/cpu, "picks/cpu-s")
-			}
+			steadyPicks(b, s, now)
 		})
 	}
 }

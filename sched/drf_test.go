@@ -129,15 +129,7 @@ func TestGPUQuota(t *testing.T) {
 	mustSubmit(t, s, "a1", "a", resource.Vector{GPU: 2})
 	mustSubmit(t, s, "a2", "a", resource.Vector{GPU: 1})
 	mustSubmit(t, s, "b1", "b", resource.Vector{GPU: 1})
-	var got []string
-	for {
-		st, ok := s.Next(s.Free(), t0)
-		if !ok {
-			break
-		}
-		got = append(got, st.Task.ID)
-	}
-	if fmt.Sprint(got) != "[a1 b1]" {
+	if got := startAll(s); fmt.Sprint(got) != "[a1 b1]" {
 		t.Fatalf("starts %v, want [a1 b1] (a2 waits for a's quota)", got)
 	}
 	if err := s.Done("a1"); err != nil {
@@ -321,4 +313,17 @@ func idleFit(s *Scheduler) string {
 		}
 	}
 	return ""
+}
+
+// startAll starts tasks with Next(Free()) until none fits and returns
+// their ids in order.
+func startAll(s *Scheduler) []string {
+	var got []string
+	for {
+		st, ok := s.Next(s.Free(), t0)
+		if !ok {
+			return got
+		}
+		got = append(got, st.Task.ID)
+	}
 }
