@@ -93,12 +93,7 @@ func gpuTrace(tb testing.TB, im impl, s *Scheduler, tenants, picks int, scarce b
 	hash := uint64(14695981039346656037)
 	for tick, n := 0, 0; n < picks; tick++ {
 		now = now.Add(time.Second)
-		for _, done := range ring[tick%32] {
-			if err := im.Done(done); err != nil {
-				tb.Fatal(err)
-			}
-		}
-		ring[tick%32] = ring[tick%32][:0]
+		doneDue(tb, im, &ring, tick)
 		for n < picks {
 			st, ok := im.Next(node, now)
 			if !ok {
