@@ -3,6 +3,7 @@ module github.com/wovyr/wovyr
 go 1.26.0
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/bytecodealliance/wasmtime-go/v39 v39.0.1
 	github.com/getkin/kin-openapi v0.153.0
 	github.com/google/go-containerregistry v0.22.1

@@ -189,6 +189,11 @@ func Run(ctx context.Context, s Suite, progress io.Writer) (cert.Record, error) 
 			continue
 		}
 		o := cert.Outcome{ID: row.ID, Name: row.Name, Applies: true}
+		if why := gpuNotApplicable(ctx, row.ID, b); why != "" {
+			o.Applies, o.Why = false, why
+			rec.Outcomes = append(rec.Outcomes, o)
+			continue
+		}
 		if why, na := s.NotApplicable[row.ID]; na {
 			o.Applies, o.Why = false, why
 			rec.Outcomes = append(rec.Outcomes, o)

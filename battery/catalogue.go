@@ -103,4 +103,9 @@ var catalogue = []Row{
 	// BATTERY.md K names M too: the microVM battery has no in-guest
 	// prober yet (its trace test covers the agent meanwhile).
 	{94, "Self-trace", "N,C,G"},
+	// GPU rows (issue 18): applied only where a GPU exists and the backend
+	// gives GPUs (gpu.go); not applicable with the reason otherwise.
+	{95, "GPU: assigned only", "N,C,G"},
+	{96, "GPU: residue", "C,G"},
+	{97, "GPU: env override", "C,G"},
 }

@@ -78,6 +78,9 @@ type Config struct {
 	Egress Egress `json:"egress,omitzero"`
 	// Snapshots turns on golden snapshots where they are opt-in.
 	Snapshots Snapshots `json:"snapshots,omitzero"`
+	// GPU says where the node's GPUs come from (see gpu.go). Zero means
+	// NVML, and no GPUs where the driver is absent.
+	GPU GPU `json:"gpu,omitzero"`
 	// Tenants are the callers. Empty is allowed only for Default, which the
 	// serve command completes with a bootstrap tenant.
 	Tenants []Tenant `json:"tenants"`
@@ -142,6 +145,10 @@ type Tenant struct {
 	// 1000.
 	Rate  float64 `json:"rate,omitempty"`
 	Burst int     `json:"burst,omitempty"`
+	// MaxGPUs bounds the GPU devices its running invocations hold at once;
+	// a request for more is refused (400). Zero means no bound beyond the
+	// node's devices.
+	MaxGPUs int `json:"max_gpus,omitempty"`
 }
 
 // Default is the configuration used with no file: loopback only, no tenant
@@ -236,6 +243,9 @@ func (c Config) validate() error {
 	case c.CgroupReconcile != "all" && c.CgroupReconcile != "owned":
 		return bad("cgroup_reconcile", "want all or owned, not %q", c.CgroupReconcile)
 	}
+	if err := c.GPU.validate(); err != nil {
+		return err
+	}
 	for i, p := range c.Pools {
 		if p.MaxLive < 1 || p.MinWarm < 0 || p.MaxWarm < p.MinWarm || p.MaxWarm > p.MaxLive {
 			return bad(fmt.Sprintf("pools[%d]", i), "want 0 <= min_warm <= max_warm <= max_live and max_live >= 1")
@@ -252,7 +262,7 @@ func (c Config) validate() error {
 			return bad(f+".name", "tenant %q listed twice", t.Name)
 		}
 		names[t.Name] = true
-		if t.Weight < 0 || t.MaxPending < 0 || t.MaxRunning < 0 || t.MaxSessions < 0 || t.Rate < 0 || t.Burst < 0 {
+		if t.Weight < 0 || t.MaxPending < 0 || t.MaxRunning < 0 || t.MaxSessions < 0 || t.Rate < 0 || t.Burst < 0 || t.MaxGPUs < 0 {
 			return bad(f, "weight, quotas and rates must not be negative")
 		}
 		if len(t.TokenSHA256) == 0 {

@@ -77,3 +77,37 @@ func TestParseSnapshots(t *testing.T) {
 		t.Fatal("an unknown snapshots key was accepted")
 	}
 }
+
+// TestGPUConfig: the GPU inventory is NVML unless named; fake devices need
+// the fake inventory; bad values are typed bad input naming the field.
+func TestGPUConfig(t *testing.T) {
+	base := func() Config {
+		return Config{Tenants: []Tenant{{Name: "a", TokenSHA256: []string{HashToken("x")}}}}
+	}
+	ok := base()
+	ok.GPU = GPU{Inventory: GPUFake, Fake: FakeGPUs{Count: 2, MemoryBytes: 1 << 30, MIG: []string{"1g.10gb"}}}
+	ok.Tenants[0].MaxGPUs = 2
+	if _, err := ok.WithDefaults(); err != nil {
+		t.Fatalf("valid fake GPUs: %v", err)
+	}
+	for _, c := range []struct {
+		gpu   GPU
+		gpus  int
+		field string
+	}{
+		{GPU{Inventory: "cuda"}, 0, "gpu.inventory"},
+		{GPU{Fake: FakeGPUs{Count: 1}}, 0, "gpu.fake"},
+		{GPU{Inventory: GPUNone, Fake: FakeGPUs{Count: 1}}, 0, "gpu.fake"},
+		{GPU{Inventory: GPUFake}, 0, "gpu.fake"},
+		{GPU{Inventory: GPUFake, Fake: FakeGPUs{Count: -1, MIG: []string{"1g.10gb"}}}, 0, "gpu.fake"},
+		{GPU{}, -1, "tenants[0]"},
+	} {
+		c2 := base()
+		c2.GPU, c2.Tenants[0].MaxGPUs = c.gpu, c.gpus
+		_, err := c2.WithDefaults()
+		var se *sandbox.Error
+		if !errors.As(err, &se) || se.Class != sandbox.BadInput || se.Field != c.field {
+			t.Errorf("%+v max_gpus %d: %v, want bad input on %s", c.gpu, c.gpus, err, c.field)
+		}
+	}
+}

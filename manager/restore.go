@@ -21,7 +21,7 @@ type Restorer struct {
 // Restorer returns b's restorer for tmpl, or nil when b does not snapshot.
 func (m *Manager) Restorer(b sandbox.Backend, tmpl sandbox.Template) *Restorer {
 	sn, ok := b.(sandbox.Snapshotter)
-	if !ok {
+	if !ok || len(tmpl.GPUs) > 0 { // a GPU template's sandboxes are cold: devices are no snapshot's
 		return nil
 	}
 	return &Restorer{sn: sn, tmpl: tmpl, name: b.Name()}

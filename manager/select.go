@@ -15,33 +15,47 @@ import (
 // that says, for every backend at or above the requirement, why it was not
 // usable. It never returns a backend below the requirement.
 func (m *Manager) Select(ctx context.Context, p sandbox.Policy, kind sandbox.WorkloadKind) (sandbox.Backend, error) {
+	return m.SelectFor(ctx, p, kind, 0)
+}
+
+// SelectFor is Select for a workload that needs gpus GPU devices. GPU work
+// never lowers a floor: its requirement is at least the trust class's
+// default floor whatever the operator's overrides, and a backend qualifies
+// only if it can give devices at that strength (sandbox.GPUProvider):
+// native for trusted code only, a container for trusted or internal code,
+// gVisor with nvproxy, a microVM with VFIO; wasm never. Otherwise the
+// FloorError says, per backend, why not.
+func (m *Manager) SelectFor(ctx context.Context, p sandbox.Policy, kind sandbox.WorkloadKind, gpus int64) (sandbox.Backend, error) {
 	if !p.Trust.Valid() {
 		return nil, sandbox.Errorf(sandbox.BadInput, "policy.trust", "a trust class is required")
 	}
 	required := m.floors.Required(p)
+	if gpus > 0 {
+		required = max(required, sandbox.DefaultFloor(p.Trust))
+	}
 	var rejections []sandbox.Rejection
 	for _, b := range m.backends {
 		if b.Strength() < required {
 			continue
 		}
-		why, summary := m.unusable(ctx, b, p, kind)
+		why, summary := m.unusable(ctx, b, p, kind, gpus)
 		if why == "" {
 			m.log.Info("select", "backend", b.Name(), "required", required, "trust", p.Trust,
 				"preference", p.Preference, "floor", p.Floor, "trust_floor", m.floors.Of(p.Trust), "kind", kind,
-				"skipped", len(rejections))
+				"gpus", gpus, "skipped", len(rejections))
 			return b, nil
 		}
 		rejections = append(rejections, sandbox.Rejection{Backend: b.Name(), Strength: b.Strength(), Reason: why, Summary: summary})
 	}
 	err := &sandbox.FloorError{Required: required, Kind: kind, Rejections: rejections}
 	m.log.Warn("select refused", "required", required, "trust", p.Trust, "preference", p.Preference,
-		"floor", p.Floor, "kind", kind, "error", err.Error())
+		"floor", p.Floor, "kind", kind, "gpus", gpus, "error", err.Error())
 	return nil, err
 }
 
 // unusable says why b cannot take the workload, or "" if it can: the
 // operator's full reason and the tenant's path-free summary of it.
-func (m *Manager) unusable(ctx context.Context, b sandbox.Backend, p sandbox.Policy, kind sandbox.WorkloadKind) (why, summary string) {
+func (m *Manager) unusable(ctx context.Context, b sandbox.Backend, p sandbox.Policy, kind sandbox.WorkloadKind, gpus int64) (why, summary string) {
 	if !sandbox.Accepts(b, kind) {
 		why = fmt.Sprintf("does not run %s workloads", kind)
 		return why, why
@@ -49,6 +63,13 @@ func (m *Manager) unusable(ctx context.Context, b sandbox.Backend, p sandbox.Pol
 	capa := m.Probe(ctx, b)
 	if !capa.Available {
 		return "unavailable: " + capa.Reason, sandbox.SummaryUnavailable
+	}
+	if gpus > 0 {
+		// Before certification: an uncertified backend that could never
+		// take GPU work says the GPU reason, which is the one that matters.
+		if why := gpuUnusable(ctx, b, p, capa); why != "" {
+			return why, why
+		}
 	}
 	if err := m.certified(b, capa); err != nil {
 		return err.Error(), sandbox.SummaryUncertified
@@ -98,7 +119,7 @@ func (m *Manager) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 	if err := inv.Validate(); err != nil {
 		return nil, err
 	}
-	b, err := m.Select(ctx, inv.Policy, inv.Workload.Kind)
+	b, err := m.SelectFor(ctx, inv.Policy, inv.Workload.Kind, inv.Resources.GPU)
 	if err != nil {
 		return nil, err
 	}
@@ -120,5 +141,28 @@ func (m *Manager) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 
 // TemplateFor is the tenant-neutral template an invocation needs.
 func TemplateFor(inv *sandbox.Invocation) sandbox.Template {
-	return sandbox.Template{Kind: inv.Workload.Kind, Image: inv.Workload.Image, Egress: !inv.Policy.Network.DenyAll()}
+	return sandbox.Template{Kind: inv.Workload.Kind, Image: inv.Workload.Image, Egress: !inv.Policy.Network.DenyAll(), GPUs: inv.GPUs}
+}
+
+// gpuUnusable says why b cannot give GPU devices to p's workload here, or
+// "" if it can.
+func gpuUnusable(ctx context.Context, b sandbox.Backend, p sandbox.Policy, capa sandbox.Capability) string {
+	switch {
+	case b.Strength() == sandbox.Native && p.Trust != sandbox.Trusted:
+		return "GPUs on native are for trusted code only"
+	case b.Strength() == sandbox.Container && p.Trust != sandbox.Trusted && p.Trust != sandbox.Internal:
+		return "GPUs in a container are for trusted or internal code only"
+	}
+	gp, ok := b.(sandbox.GPUProvider)
+	if !ok {
+		why := "cannot give a sandbox GPU devices"
+		if capa.Accel == "tcg" {
+			why += ": VFIO passthrough needs KVM (accel tcg here)"
+		}
+		return why
+	}
+	if err := gp.GPUSupport(ctx); err != nil {
+		return "no GPUs: " + err.Error()
+	}
+	return ""
 }

@@ -46,5 +46,8 @@ func KeyFor(backend string, tmpl sandbox.Template) Key {
 	if tmpl.Egress {
 		t += "+egress" // its sandboxes differ where the network is fixed at start
 	}
+	for i, g := range tmpl.GPUs { // a GPU template's pool is its devices' alone
+		t += map[bool]string{true: "+gpu=", false: ","}[i == 0] + g.UUID
+	}
 	return Key{Backend: backend, Template: t, Shape: Shape(tmpl.Limits)}
 }

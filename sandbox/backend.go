@@ -45,6 +45,15 @@ type Capability struct {
 	Features     []string `json:"features,omitempty"`
 }
 
+// GPUProvider is a backend that can give a sandbox GPU devices. The
+// manager sends GPU work only to a backend that implements it and whose
+// GPUSupport answers nil; a backend that does not is refused for GPU work.
+type GPUProvider interface {
+	// GPUSupport says why this node's backend cannot give a sandbox GPUs
+	// (a tenant-safe sentence, no host paths), or nil when it can.
+	GPUSupport(ctx context.Context) error
+}
+
 // Accepts reports whether b takes workloads of kind k.
 func Accepts(b Backend, k WorkloadKind) bool { return slices.Contains(b.Kinds(), k) }
 
@@ -59,6 +68,11 @@ type Template struct {
 	// netstack in an egress slot, ADR 0009) must know at Prepare. Which
 	// allowlist, and whose, is still bound only at Run.
 	Egress bool `json:"egress,omitempty"`
+	// GPUs are devices a backend must build into the sandbox (a container's
+	// device nodes exist from its start). Nil for every template but one
+	// made for an invocation's assigned devices; such a sandbox serves only
+	// an invocation holding exactly these devices.
+	GPUs []GPUDevice `json:"-"`
 }
 
 // Sandbox is one prepared sandbox. It runs at most one invocation unless the

@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/wovyr/wovyr/netpolicy"
-	"github.com/wovyr/wovyr/resource"
 )
 
 // WorkloadKind says what an invocation runs.
@@ -57,12 +56,17 @@ const (
 
 // Invocation is one request to run a workload for a tenant.
 type Invocation struct {
-	ID        string          `json:"id,omitempty"` // assigned by wovyr if empty
-	Tenant    string          `json:"tenant"`
-	Workload  Workload        `json:"workload"`
-	Limits    Limits          `json:"limits"`
-	Policy    Policy          `json:"policy"`
-	Resources resource.Vector `json:"resources"`
+	ID        string    `json:"id,omitempty"` // assigned by wovyr if empty
+	Tenant    string    `json:"tenant"`
+	Workload  Workload  `json:"workload"`
+	Limits    Limits    `json:"limits"`
+	Policy    Policy    `json:"policy"`
+	Resources Resources `json:"resources"`
+	// GPUs are the devices the scheduler assigned (set by wovyr after
+	// placement, never by the client; nil without a GPU). A backend
+	// exposes exactly these and nothing else; the workload's and image's
+	// NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES never select devices.
+	GPUs []GPUDevice `json:"-"`
 }
 
 // Workload is what runs.

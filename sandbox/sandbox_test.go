@@ -51,7 +51,7 @@ func TestValidateRejectsBadInputWithField(t *testing.T) {
 		{"limits.output", func(i *Invocation) { i.Limits.Output = MaxOutputBytes + 1 }},
 		{"policy.trust", func(i *Invocation) { i.Policy.Trust = 0 }},
 		{"policy.floor", func(i *Invocation) { i.Policy.Floor = 9 }},
-		{"resources", func(i *Invocation) { i.Resources = resource.Vector{CPUMillis: -1} }},
+		{"resources", func(i *Invocation) { i.Resources.Vector = resource.Vector{CPUMillis: -1} }},
 		{"policy.network.allow[0].cidr", func(i *Invocation) {
 			i.Policy.Network.Allow = []netpolicy.Rule{{CIDR: "10.0.0.1/8", Ports: []uint16{443}}}
 		}},
@@ -229,5 +229,18 @@ func TestCheckReplyOutputHoldsTheSandboxToTheCap(t *testing.T) {
 		if (err == nil) != tc.ok || (err != nil && ClassOf(err) != BackendFailure) {
 			t.Errorf("%d/%d bytes under a 64-byte cap: %v", tc.out, tc.errs, err)
 		}
+	}
+}
+
+// TestClaimRefusesGPUs: a session asking for GPUs is bad input, before
+// anything is selected (devices are assigned per invocation, ADR 0026).
+func TestClaimRefusesGPUs(t *testing.T) {
+	c := &Claim{ID: "s1", Tenant: "acme", Policy: Policy{Trust: Trusted}}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("a claim without GPUs: %v", err)
+	}
+	c.Resources.GPU = 1
+	if err := c.Validate(); ClassOf(err) != BadInput || !strings.Contains(err.Error(), "resources.gpu") {
+		t.Fatalf("a claim with a GPU: %v, want bad input naming resources.gpu", err)
 	}
 }

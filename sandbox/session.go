@@ -58,7 +58,7 @@ type Claim struct {
 // Invocation is c as the invocation whose claim it is: what Select and
 // the backend's checks see. It runs nothing (its argv is the shell's no-op).
 func (c *Claim) Invocation() *Invocation {
-	return &Invocation{ID: c.ID, Tenant: c.Tenant, Limits: c.Limits, Policy: c.Policy, Resources: c.Resources,
+	return &Invocation{ID: c.ID, Tenant: c.Tenant, Limits: c.Limits, Policy: c.Policy, Resources: Resources{Vector: c.Resources},
 		Workload: Workload{Kind: KindCommand, Image: c.Image, Argv: []string{"true"}}}
 }
 
@@ -69,6 +69,11 @@ func (c *Claim) Validate() error {
 	}
 	if c.ID == "" {
 		return Errorf(BadInput, "id", "a session needs an id")
+	}
+	if c.Resources.GPU > 0 {
+		// Devices are assigned per invocation by the daemon's scheduler
+		// (ADR 0026); a session holding one for its life is later work.
+		return Errorf(BadInput, "resources.gpu", "sessions do not take GPUs yet")
 	}
 	return nil
 }

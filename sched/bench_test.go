@@ -58,28 +58,34 @@ func BenchmarkPick(b *testing.B) {
 						}
 					}
 				}
-				b.ReportAllocs()
-				b.ResetTimer()
-				cpu0 := cpuSeconds()
-				for range b.N {
-					st, ok := im.Next(everything, now)
-					if !ok {
-						b.Fatal("nothing started")
-					}
-					if err := im.Done(st.Task.ID); err != nil {
-						b.Fatal(err)
-					}
-					if err := im.Submit(st.Task, now); err != nil {
-						b.Fatal(err)
-					}
-				}
-				cpu := cpuSeconds() - cpu0
-				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "picks/s")
-				if cpu > 0 {
-					b.ReportMetric(float64(b.N)/cpu, "picks/cpu-s")
-				}
+				steadyPicks(b, im, now)
 			})
 		}
+	}
+}
+
+// steadyPicks is the measured loop of the pick benchmarks: Next, Done of
+// the started task and Submit of it again, b.N times, everything fitting.
+func steadyPicks(b *testing.B, im impl, now time.Time) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuSeconds()
+	for range b.N {
+		st, ok := im.Next(everything, now)
+		if !ok {
+			b.Fatal("nothing started")
+		}
+		if err := im.Done(st.Task.ID); err != nil {
+			b.Fatal(err)
+		}
+		if err := im.Submit(st.Task, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu := cpuSeconds() - cpu0
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "picks/s")
+	if cpu > 0 {
+		b.ReportMetric(float64(b.N)/cpu, "picks/cpu-s")
 	}
 }
 
@@ -144,12 +150,7 @@ func mixedTrace(tb testing.TB, im impl, picks int, mixed bool) (uint64, []int64,
 	ticks := 0
 	for tick, n := 0, 0; n < picks; tick++ {
 		now = now.Add(time.Second)
-		for _, done := range ring[tick%32] {
-			if err := im.Done(done); err != nil {
-				tb.Fatal(err)
-			}
-		}
-		ring[tick%32] = ring[tick%32][:0]
+		doneDue(tb, im, &ring, tick)
 		for n < picks {
 			st, ok := im.Next(capacity, now)
 			if !ok {
@@ -168,6 +169,17 @@ func mixedTrace(tb testing.TB, im impl, picks int, mixed bool) (uint64, []int64,
 		ticks++
 	}
 	return hash, counts, weights, util / float64(ticks)
+}
+
+// doneDue ends the trace's tasks due at tick (ring holds each tick's ends,
+// modulo 32).
+func doneDue(tb testing.TB, im impl, ring *[32][]string, tick int) {
+	for _, done := range ring[tick%32] {
+		if err := im.Done(done); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	ring[tick%32] = ring[tick%32][:0]
 }
 
 var traceNode = resource.Vector{CPUMillis: 64000, MemoryBytes: 256 << 30, GPU: 8}

@@ -32,6 +32,13 @@ type Config struct {
 	// (its credit beat the winner's) more than K times gets a reservation.
 	// Zero means DefaultReserveAfter.
 	ReserveAfter int
+	// Charge is what a start costs in the round-robin. The zero value,
+	// ChargePicks, is plain SWRR: every start costs one pick.
+	Charge Charge
+	// Placer puts a task that demands GPUs on concrete devices; a head
+	// whose vector fits but that the Placer cannot place does not fit. Nil
+	// means GPUs are counted only (the vector is the whole story).
+	Placer Placer
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -43,6 +50,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ReserveAfter < 0 {
 		return c, badInput(ErrBadConfig, "reserve_after", "must not be negative")
+	}
+	if c.Charge != ChargePicks && c.Charge != ChargeDominantShare {
+		return c, badInput(ErrBadConfig, "charge", "unknown charge %d", c.Charge)
 	}
 	if c.MaxQueued == 0 {
 		c.MaxQueued = DefaultMaxQueued
@@ -66,6 +76,11 @@ type TenantConfig struct {
 	// tasks running is not eligible until one is Done (its tasks wait; none
 	// is rejected for it). Zero means DefaultTenantRunning.
 	MaxRunning int
+	// MaxGPU is the tenant's GPU quota: the GPUs its running tasks may hold
+	// at once. A tenant whose head would exceed it waits like one at
+	// MaxRunning; a task demanding more than MaxGPU is refused at Submit.
+	// Zero means no quota beyond the capacity.
+	MaxGPU int64
 }
 
 func (c TenantConfig) withDefaults() (TenantConfig, error) {
@@ -76,6 +91,8 @@ func (c TenantConfig) withDefaults() (TenantConfig, error) {
 		return c, badInput(ErrBadConfig, "max_queued", "must not be negative")
 	case c.MaxRunning < 0:
 		return c, badInput(ErrBadConfig, "max_running", "must not be negative")
+	case c.MaxGPU < 0:
+		return c, badInput(ErrBadConfig, "max_gpus", "must not be negative")
 	}
 	if c.MaxQueued == 0 {
 		c.MaxQueued = DefaultTenantMaxQueued

@@ -19,6 +19,7 @@ var (
 	ErrBadConfig     = errors.New("invalid scheduler or tenant configuration")
 	ErrBadTask       = errors.New("invalid task")
 	ErrTooLarge      = errors.New("task demands more than the total capacity")
+	ErrOverQuota     = errors.New("task demands more than its tenant's quota")
 	ErrDuplicateTask = errors.New("task id already queued or running")
 	ErrUnknownTask   = errors.New("no such task in the required state")
 )

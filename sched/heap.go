@@ -112,8 +112,8 @@ type ditem struct {
 }
 
 // dimHeap is a max-heap of head demands, used to find the heads that do not
-// fit without looking at those that do. The pool's dims[3..5] hold negated
-// demands, so the same code keeps the smallest head per dimension on top.
+// fit without looking at those that do. The pool's dims hold negated
+// demands and charges, so the same code keeps the smallest head on top.
 type dimHeap struct {
 	dim   int
 	items []ditem

@@ -16,33 +16,37 @@ import (
 //
 //  1. Reservations, oldest first: the first whose tenant is under quota and
 //     whose head fits starts out of turn, but pays like any pick: every
-//     earner (a queued head, under quota) earns its weight and it pays
-//     their sum (no turns are counted). A reservation that does not fit
+//     earner (a queued head, under quota) earns its weight times the
+//     start's charge and it pays their sum (no turns are counted). A reservation that does not fit
 //     sets its demand aside: the rest see free minus it (floored at zero).
-//  2. SWRR: every earner earns its weight; among those with no reservation
-//     whose head fits what is left, the largest credit wins (ties: earliest
-//     AddTenant) and pays the earners' weight sum. A head that does not fit
+//  2. SWRR: every earner earns its weight times the pick's charge; among
+//     those with no reservation whose head fits what is left, the largest
+//     credit wins (ties: earliest AddTenant) and pays the earners' weight
+//     sum times its charge. Credits are compared as if every earner had
+//     earned its weight times the smallest head's charge (under
+//     ChargePicks: one pick, exactly SWRR). A head that does not fit
 //     but whose credit beat the winner's missed its turn; one that missed
 //     more than ReserveAfter turns gets a reservation (several at once: in
 //     registration order).
 //
-// When nothing fits, Next returns false and changes nothing.
+// "Fits" is the demand vector fitting and, for a GPU task with a Placer,
+// the Placer placing it (Start.Devices). When nothing fits, Next returns
+// false and changes nothing.
 func (s *Scheduler) Next(free resource.Vector, now time.Time) (Start, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	eff := effective(free, s.cfg.Capacity, s.inUse)
 	for i, t := range s.reservations {
-		if t.running >= t.cfg.MaxRunning {
+		if !t.underQuota() {
 			continue
 		}
-		d := t.head.task.Demand
-		if d.Fits(eff) {
+		if s.pool.fits(t, eff) {
 			s.reservations = slices.Delete(s.reservations, i, i+1)
 			s.pool.charge(t)
 			t.reserved = false
 			return s.start(t, now, true), true
 		}
-		eff = clip(eff.Sub(d))
+		eff = clip(eff.Sub(t.head.task.Demand))
 	}
 	w := s.pool.pick(eff)
 	if w == nil {
@@ -88,8 +92,11 @@ func (s *Scheduler) start(t *tenant, now time.Time, reserved bool) Start {
 	s.inUse = s.inUse.Add(d)
 	wait := max(now.Sub(e.queuedAt), 0)
 	t.st.Started++
+	t.st.Charged += e.share
 	t.st.WaitTotal += wait
 	t.st.WaitMax = max(t.st.WaitMax, wait)
 	s.refresh(t, t.head != nil && t.head.task.Demand != d)
-	return Start{Task: e.task, Wait: wait, Reserved: reserved}
+	devices := s.pool.placed
+	s.pool.placed = nil
+	return Start{Task: e.task, Wait: wait, Reserved: reserved, Devices: devices}
 }

@@ -107,6 +107,9 @@ func (o *oracle) Submit(task Task, now time.Time) error {
 	if o.tasks[task.ID] != nil {
 		return badInput(ErrDuplicateTask, "id", "dup")
 	}
+	if err := overQuota(task, t.cfg); err != nil {
+		return err
+	}
 	if len(t.queue) >= t.cfg.MaxQueued {
 		t.st.Rejected++
 		return &QueueFullError{Tenant: t.name, Limit: t.cfg.MaxQueued}
@@ -158,28 +161,35 @@ func (o *oracle) Done(id string) error {
 func (o *oracle) Next(free resource.Vector, now time.Time) (Start, bool) {
 	eff := effective(free, o.cfg.Capacity, o.inUse)
 	for i, t := range o.reservations {
-		if t.running >= t.cfg.MaxRunning {
+		if !o.under(t) {
 			continue
 		}
 		d := t.queue[0].task.Demand
 		if d.Fits(eff) {
 			// A forced pick: every earner earns, t pays their sum.
 			o.reservations = slices.Delete(o.reservations, i, i+1)
-			o.charge(t)
+			o.charge(t, o.share(t))
 			t.reserved = false
 			return o.start(t, now, true), true
 		}
 		eff = clip(eff.Sub(d))
 	}
+	// Credits are compared after earning at the smallest head charge x.
+	var x int64
+	for _, t := range o.tenants {
+		if len(t.queue) > 0 && !t.reserved && o.under(t) && (x == 0 || o.share(t) < x) {
+			x = o.share(t)
+		}
+	}
 	var best *otenant
 	var blocked []*otenant
 	for _, t := range o.tenants {
-		if len(t.queue) == 0 || t.reserved || t.running >= t.cfg.MaxRunning {
+		if len(t.queue) == 0 || t.reserved || !o.under(t) {
 			continue
 		}
 		if !t.queue[0].task.Demand.Fits(eff) {
 			blocked = append(blocked, t)
-		} else if best == nil || t.credit+t.cfg.Weight > best.credit+best.cfg.Weight {
+		} else if best == nil || t.credit+x*t.cfg.Weight > best.credit+x*best.cfg.Weight {
 			best = t // the largest credit after earning; registration order breaks ties
 		}
 	}
@@ -189,8 +199,8 @@ func (o *oracle) Next(free resource.Vector, now time.Time) (Start, bool) {
 	// A blocked head missed its turn when its credit after earning beats the
 	// winner's.
 	for _, t := range blocked {
-		if t.credit+t.cfg.Weight > best.credit+best.cfg.Weight ||
-			t.credit+t.cfg.Weight == best.credit+best.cfg.Weight && t.seq < best.seq {
+		if t.credit+x*t.cfg.Weight > best.credit+x*best.cfg.Weight ||
+			t.credit+x*t.cfg.Weight == best.credit+x*best.cfg.Weight && t.seq < best.seq {
 			t.queue[0].skips++
 			if t.queue[0].skips > o.cfg.ReserveAfter {
 				t.reserved = true
@@ -198,23 +208,35 @@ func (o *oracle) Next(free resource.Vector, now time.Time) (Start, bool) {
 			}
 		}
 	}
-	o.charge(best)
+	o.charge(best, o.share(best))
 	return o.start(best, now, false), true
 }
 
+// under says t's head may start as far as its quotas go.
+func (o *oracle) under(t *otenant) bool {
+	return t.running < t.cfg.MaxRunning && (t.cfg.MaxGPU == 0 || t.inUse.GPU+t.queue[0].task.Demand.GPU <= t.cfg.MaxGPU)
+}
+
+// share is the charge of t's head.
+func (o *oracle) share(t *otenant) int64 {
+	return shareOf(o.cfg.Charge, t.queue[0].task.Demand, o.cfg.Capacity)
+}
+
 // charge is the SWRR step: every earner (a queued head, under quota,
-// reserved or not) earns its weight, the winner pays their sum.
-func (o *oracle) charge(winner *otenant) {
+// reserved or not) earns its weight times the start's charge, the winner
+// pays their sum.
+func (o *oracle) charge(winner *otenant, share int64) {
 	o.elig = o.elig[:0]
 	var sum int64
 	for _, t := range o.tenants {
-		if len(t.queue) > 0 && t.running < t.cfg.MaxRunning {
-			t.credit += t.cfg.Weight
+		if len(t.queue) > 0 && o.under(t) {
+			t.credit += share * t.cfg.Weight
 			sum += t.cfg.Weight
 			o.elig = append(o.elig, t)
 		}
 	}
-	winner.credit -= sum
+	winner.credit -= share * sum
+	winner.st.Charged += share
 	if o.onPick != nil {
 		o.onPick(o.elig, winner)
 	}

@@ -35,7 +35,9 @@ type pool struct {
 	n        int              // tenants in the class heaps
 	wsum     int64            // total weight of the earners, in the heaps or not
 	outside  []*tenant        // earners outside the heaps: reserved, any order
-	dims     [3]dimHeap       // negated head demand per dimension: the smallest head on top
+	dims     [dims]dimHeap    // negated head demand per dimension, then share: the smallest on top
+	placer   Placer           // nil: the vector is the whole story
+	placed   []string         // devices the placer gave the winner of this Next
 
 	frontier []fitem   // scratch: the best-first search of a pick
 	blocked  []*tenant // scratch: the tenants that missed their turn in this pick
@@ -53,16 +55,26 @@ type class struct {
 	pos    int // index in pool.active, or -1
 }
 
-func newPool() pool {
+// dims is the number of head heaps: one per resource dimension and one
+// for the head's charge.
+const dims = 4
+
+func newPool(placer Placer) pool {
 	return pool{
 		rebaseAt: rebaseAt,
 		classes:  make(map[int64]*class),
-		dims:     [3]dimHeap{{dim: 0}, {dim: 1}, {dim: 2}},
+		dims:     [dims]dimHeap{{dim: 0}, {dim: 1}, {dim: 2}, {dim: 3}},
+		placer:   placer,
 	}
 }
 
-// keyOf is tenant head demand d's key in dims[i].
-func keyOf(d resource.Vector, i int) int64 { return -dimOf(d, i) }
+// keyOf is head e's key in dims[i].
+func keyOf(e *entry, i int) int64 {
+	if i == 3 {
+		return -e.share
+	}
+	return -dimOf(e.task.Demand, i)
+}
 
 func dimOf(v resource.Vector, d int) int64 {
 	switch d {
@@ -127,9 +139,8 @@ func (p *pool) add(t *tenant, heap bool) {
 		c := p.classOf(w)
 		t.cls = c
 		p.attach(c, citem{base: base, seq: t.seq, t: t})
-		d := t.head.task.Demand
 		for i := range p.dims {
-			p.dims[i].push(keyOf(d, i), t)
+			p.dims[i].push(keyOf(t.head, i), t)
 		}
 		p.n++
 		t.inPool = true
@@ -167,9 +178,8 @@ func (p *pool) remove(t *tenant) {
 
 // headChanged re-keys t after its head task changed.
 func (p *pool) headChanged(t *tenant) {
-	d := t.head.task.Demand
 	for i := range p.dims {
-		p.dims[i].setKey(t, keyOf(d, i))
+		p.dims[i].setKey(t, keyOf(t.head, i))
 	}
 }
 
@@ -187,7 +197,7 @@ func (p *pool) credit(t *tenant) int64 {
 // noneFits reports, in O(1), that some dimension's smallest head demand
 // exceeds eff, so no head fits. (False does not promise that one fits.)
 func (p *pool) noneFits(eff resource.Vector) bool {
-	for i := range 3 {
+	for i := range 3 { // the resource dimensions, not the charges
 		if h := &p.dims[i]; len(h.items) > 0 && -h.top() > dimOf(eff, i) {
 			return true
 		}
@@ -196,8 +206,12 @@ func (p *pool) noneFits(eff resource.Vector) bool {
 }
 
 // pick performs one SWRR pick among the heap tenants whose head fits eff.
-// Every earner earns its weight; the winner, the largest credit among
-// those that fit, pays the earners' weight sum. It returns the winner, or
+// Every earner earns its weight times the winner's charge; the winner, the
+// largest credit among those that fit, pays the earners' weight sum times
+// its charge. Credits are compared at the counter plus the smallest head
+// charge x (one under ChargePicks): the earning of this pick is not known
+// before its winner is, and x is the charge of every pick whenever all
+// heads cost the same, which keeps unit-demand picks exactly SWRR. It returns the winner, or
 // nil when none fits (and then changes nothing), and leaves in p.blocked
 // the tenants that missed their turn: their head did not fit and their
 // credit beat the winner's.
@@ -214,7 +228,7 @@ func (p *pool) pick(eff resource.Vector) *tenant {
 	if p.noneFits(eff) {
 		return nil
 	}
-	t1 := p.t + 1 // credits are compared after this pick's earning
+	t1 := p.t - p.dims[3].top() // credits are compared after this pick's earning, at the smallest charge
 	best := 0
 	bestCredit := p.tops[0].base + p.tops[0].weight*t1
 	for k := 1; k < len(p.tops); k++ {
@@ -225,16 +239,17 @@ func (p *pool) pick(eff resource.Vector) *tenant {
 		}
 	}
 	c, i := p.active[best], 0
-	if !c.h[0].t.head.task.Demand.Fits(eff) {
+	if !p.fits(c.h[0].t, eff) {
 		if c, i = p.search(eff, t1); c == nil {
 			p.blocked = p.blocked[:0]
 			return nil
 		}
 	}
-	p.t = t1
 	it := &c.h[i]
 	winner := it.t
-	it.base -= p.wsum
+	share := winner.head.share
+	p.t += share
+	it.base -= p.wsum * share
 	c.h.down(i)
 	p.retop(c)
 	return winner
@@ -294,7 +309,7 @@ func (p *pool) search(eff resource.Vector, t1 int64) (*class, int) {
 		}
 		c, i := top.c, top.i
 		t := c.h[i].t
-		if t.head.task.Demand.Fits(eff) {
+		if p.fits(t, eff) {
 			return c, i
 		}
 		p.blocked = append(p.blocked, t)
@@ -312,8 +327,26 @@ func (p *pool) charge(r *tenant) {
 	if p.t >= p.rebaseAt {
 		p.rebase()
 	}
-	p.t++
-	r.base -= p.wsum
+	share := r.head.share
+	p.t += share
+	r.base -= p.wsum * share
+}
+
+// fits says t's head fits eff and, for a GPU task with a placer, has been
+// placed (the devices wait in p.placed for the start).
+func (p *pool) fits(t *tenant, eff resource.Vector) bool {
+	task := &t.head.task
+	if !task.Demand.Fits(eff) {
+		return false
+	}
+	if p.placer == nil || task.Demand.GPU == 0 {
+		return true
+	}
+	devices, ok := p.placer.Place(*task)
+	if ok {
+		p.placed = devices
+	}
+	return ok
 }
 
 // rebase folds the virtual counter into every base; orders are unchanged.

@@ -28,6 +28,10 @@ type driver struct {
 	running []string // ids started and not yet Done (per the first impl)
 	dropped int64    // credit of removed tenants
 	log     []string
+	// unit, when set, is the demand of every task: a unit-demand trace.
+	unit *resource.Vector
+	// gpuQuota gives tenants random GPU quotas.
+	gpuQuota bool
 }
 
 func newDriver(tb testing.TB, seed uint64) *driver {
@@ -66,6 +70,9 @@ func (d *driver) weight() int64 {
 
 func (d *driver) tenantConfig() TenantConfig {
 	c := TenantConfig{Weight: d.weight(), MaxQueued: d.r.IntN(7), MaxRunning: d.r.IntN(4)}
+	if d.gpuQuota {
+		c.MaxGPU = d.r.Int64N(3)
+	}
 	switch d.r.IntN(30) {
 	case 0:
 		c.Weight = 0
@@ -89,6 +96,9 @@ func (d *driver) name() string {
 }
 
 func (d *driver) demand() resource.Vector {
+	if d.unit != nil {
+		return *d.unit
+	}
 	switch d.r.IntN(40) {
 	case 0:
 		return resource.Vector{CPUMillis: -1}

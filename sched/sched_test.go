@@ -161,14 +161,7 @@ func TestQuota(t *testing.T) {
 		mustSubmit(t, s, fmt.Sprint("a", i), "a", cpu(1))
 		mustSubmit(t, s, fmt.Sprint("b", i), "b", cpu(1))
 	}
-	var got []string
-	for {
-		st, ok := s.Next(s.Free(), t0)
-		if !ok {
-			break
-		}
-		got = append(got, st.Task.ID)
-	}
+	got := startAll(s)
 	if want := "a0 a1 b0 b1 b2 b3 b4"; strings.Join(got, " ") != want {
 		t.Fatalf("starts %v, want %s", got, want)
 	}

@@ -42,7 +42,7 @@ type tenant struct {
 	outPos   int   // index in pool.outside
 	cls      *class
 	clsPos   int
-	dimPos   [3]int
+	dimPos   [dims]int
 
 	st TenantStats // counters only
 }
@@ -51,6 +51,7 @@ type entry struct {
 	task       Task
 	t          *tenant
 	queuedAt   time.Time
+	share      int64 // what its start costs (Config.Charge)
 	skips      int
 	running    bool
 	prev, next *entry
@@ -66,7 +67,7 @@ func New(cfg Config) (*Scheduler, error) {
 		cfg:     cfg,
 		tenants: newTable[*tenant](),
 		tasks:   newTable[*entry](),
-		pool:    newPool(),
+		pool:    newPool(cfg.Placer),
 	}, nil
 }
 
@@ -87,7 +88,7 @@ func (s *Scheduler) AddTenant(name string, c TenantConfig) error {
 	if old != nil {
 		return badInput(ErrTenantExists, "tenant", "tenant %s already exists", name)
 	}
-	t := &tenant{name: name, seq: s.nextSeq, cfg: c, clsPos: -1, dimPos: [3]int{-1, -1, -1}}
+	t := &tenant{name: name, seq: s.nextSeq, cfg: c, clsPos: -1, dimPos: [dims]int{-1, -1, -1, -1}}
 	s.nextSeq++
 	s.tenants.insertAt(at, h, t)
 	s.order = append(s.order, t)
@@ -150,6 +151,9 @@ func (s *Scheduler) Submit(task Task, now time.Time) error {
 	if dup != nil {
 		return badInput(ErrDuplicateTask, "id", "task %q is already queued or running", task.ID)
 	}
+	if err := overQuota(task, t.cfg); err != nil {
+		return err
+	}
 	if t.queued >= t.cfg.MaxQueued {
 		t.st.Rejected++
 		return &QueueFullError{Tenant: t.name, Limit: t.cfg.MaxQueued}
@@ -159,7 +163,7 @@ func (s *Scheduler) Submit(task Task, now time.Time) error {
 		return &QueueFullError{Tenant: t.name, Global: true, Limit: s.cfg.MaxQueued}
 	}
 	e := s.newEntry()
-	*e = entry{task: task, t: t, queuedAt: now, prev: t.tail}
+	*e = entry{task: task, t: t, queuedAt: now, share: shareOf(s.cfg.Charge, task.Demand, s.cfg.Capacity), prev: t.tail}
 	if t.tail != nil {
 		t.tail.next = e
 	} else {
@@ -223,7 +227,7 @@ func (s *Scheduler) Done(id string) error {
 // refresh puts t into or out of the earners and the class heaps after its
 // state changed; headChanged says its head's demand changed.
 func (s *Scheduler) refresh(t *tenant, headChanged bool) {
-	earn := t.head != nil && t.running < t.cfg.MaxRunning
+	earn := t.head != nil && t.underQuota()
 	heap := earn && !t.reserved
 	if t.earning && (!earn || t.inPool != heap) {
 		s.pool.remove(t)
@@ -234,6 +238,19 @@ func (s *Scheduler) refresh(t *tenant, headChanged bool) {
 	case t.inPool && headChanged:
 		s.pool.headChanged(t)
 	}
+}
+
+// underQuota says t may start its head now as far as its own quotas go.
+func (t *tenant) underQuota() bool {
+	return t.running < t.cfg.MaxRunning && (t.cfg.MaxGPU == 0 || t.inUse.GPU+t.head.task.Demand.GPU <= t.cfg.MaxGPU)
+}
+
+// overQuota refuses a task its tenant could never start.
+func overQuota(task Task, c TenantConfig) error {
+	if c.MaxGPU > 0 && task.Demand.GPU > c.MaxGPU {
+		return badInput(ErrOverQuota, "resources", "task demands %d GPUs, tenant %s may hold %d", task.Demand.GPU, task.Tenant, c.MaxGPU)
+	}
+	return nil
 }
 
 // unlink takes a queued entry out of its tenant's queue.

@@ -24,6 +24,9 @@ type Start struct {
 	// Reserved says it started from a reservation, out of turn (its tenant
 	// still paid for the pick in round-robin credit).
 	Reserved bool
+	// Devices are the GPUs the Config's Placer assigned to it, nil without
+	// a Placer or when the task demands no GPU.
+	Devices []string
 }
 
 // TenantStats is one tenant's state and counters, for metrics.
@@ -37,7 +40,8 @@ type TenantStats struct {
 	Running  int             // started and not yet Done
 	InUse    resource.Vector // sum of the running tasks' demands
 	Reserved bool            // the head task holds a reservation
-	Credit   int64           // SWRR credit (debugging; sums to zero over tenants that never left)
+	Credit   int64           // SWRR credit, in charge units (debugging; sums to zero over tenants that never left)
+	Charged  int64           // the charges of its starts: picks, or ShareUnit steps of dominant share
 
 	Admitted  uint64 // Submit accepted
 	Rejected  uint64 // Submit answered ErrQueueFull

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/wovyr/wovyr/config"
+	"github.com/wovyr/wovyr/gpu"
 	"github.com/wovyr/wovyr/resource"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -18,6 +19,8 @@ type Ticket struct {
 	Weight    int    // the tenant's configured weight
 	Backend   string // the backend Select chose
 	Resources resource.Vector
+	// GPU is which devices qualify for Resources.GPU (MIG profile, memory).
+	GPU gpu.Request
 }
 
 // Admission is the seam where admission and ordering happen: the only

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wovyr/wovyr/config"
+	"github.com/wovyr/wovyr/gpu"
 	"github.com/wovyr/wovyr/resource"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/sched"
@@ -27,18 +28,30 @@ type Fair struct {
 	s       *sched.Scheduler
 	waiting map[string]chan struct{} // admitted, not yet started: closed when picked
 	started map[string]bool
+	gpu     *fairGPU // nil: this node has no GPUs (gpu.go)
 }
 
 // slotMillis is the CPU demand of an invocation that names none: one
 // concurrency slot, so that Concurrency bounds how many run at once.
 const slotMillis = 1000
 
-// NewFair returns a Fair admission for cfg's tenants and concurrency.
-func NewFair(cfg config.Config) (*Fair, error) {
-	s, err := sched.New(sched.Config{Capacity: resource.Vector{
+// NewFair returns a Fair admission for cfg's tenants and concurrency, on
+// a node without GPUs.
+func NewFair(cfg config.Config) (*Fair, error) { return NewFairGPU(cfg, nil) }
+
+// NewFairGPU is NewFair on a node whose GPUs alloc assigns (nil: none).
+// Starts are charged by dominant share (DRF), which decides exactly as
+// plain SWRR while every invocation has the same demand.
+func NewFairGPU(cfg config.Config, alloc *gpu.Allocator) (*Fair, error) {
+	sc := sched.Config{Capacity: resource.Vector{
 		CPUMillis:   int64(max(cfg.Concurrency, 1)) * slotMillis,
 		MemoryBytes: 1 << 62, // memory is bounded per sandbox; not a scheduling dimension here yet
-	}})
+	}, Charge: sched.ChargeDominantShare}
+	fg := newFairGPU(alloc)
+	if fg != nil {
+		sc.Capacity.GPU, sc.Placer = int64(alloc.Count()), alloc
+	}
+	s, err := sched.New(sc)
 	if err != nil {
 		return nil, err
 	}
@@ -54,12 +67,12 @@ func NewFair(cfg config.Config) (*Fair, error) {
 		return 0
 	})
 	for _, t := range tenants {
-		tc := sched.TenantConfig{Weight: int64(max(t.Weight, 1)), MaxQueued: t.MaxPending, MaxRunning: t.MaxRunning}
+		tc := sched.TenantConfig{Weight: int64(max(t.Weight, 1)), MaxQueued: t.MaxPending, MaxRunning: t.MaxRunning, MaxGPU: int64(t.MaxGPUs)}
 		if err := s.AddTenant(t.Name, tc); err != nil {
 			return nil, err
 		}
 	}
-	return &Fair{s: s, waiting: map[string]chan struct{}{}, started: map[string]bool{}}, nil
+	return &Fair{s: s, waiting: map[string]chan struct{}{}, started: map[string]bool{}, gpu: fg}, nil
 }
 
 // demand is what an invocation occupies while it runs.
@@ -76,7 +89,11 @@ func (f *Fair) Admit(t Ticket) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
+	if err := f.gpu.want(t); err != nil {
+		return err
+	}
 	if err := f.s.Submit(sched.Task{ID: t.ID, Tenant: t.Tenant, Demand: demand(t)}, now); err != nil {
+		f.gpu.forget(t)
 		if errors.Is(err, sched.ErrQueueFull) {
 			return sandbox.Wrap(RateLimited, err, "tenant %s", t.Tenant)
 		}
@@ -111,13 +128,21 @@ func (f *Fair) Done(t Ticket) {
 	if _, ok := f.waiting[t.ID]; !ok {
 		return
 	}
-	if f.started[t.ID] {
+	started := f.started[t.ID]
+	if started {
 		_ = f.s.Done(t.ID)
 	} else {
 		_ = f.s.Cancel(t.ID)
+		f.gpu.forget(t)
 	}
 	delete(f.waiting, t.ID)
 	delete(f.started, t.ID)
+	if started && t.Resources.GPU > 0 {
+		// Scrub the devices without holding up the other tickets.
+		f.mu.Unlock()
+		f.gpu.release(t)
+		f.mu.Lock()
+	}
 	f.dispatch(time.Now())
 }
 
@@ -144,6 +169,7 @@ func (f *Fair) dispatch(now time.Time) {
 			return
 		}
 		f.started[st.Task.ID] = true
+		f.gpu.started(st)
 		close(f.waiting[st.Task.ID])
 	}
 }

@@ -139,7 +139,7 @@ func newHarness(t testing.TB, cfg config.Config, dir string) *harness {
 // made by extra from the state dir (nil: none).
 func newHarnessWith(t testing.TB, cfg config.Config, dir string, extra func(dir string, st *store.Store) []sandbox.Backend) *harness {
 	t.Helper()
-	h := startHarness(t, cfg, dir, extra)
+	h := startHarness(t, cfg, dir, extra, nil)
 	h.waitReady()
 	return h
 }
@@ -148,10 +148,12 @@ func newHarnessWith(t testing.TB, cfg config.Config, dir string, extra func(dir 
 // waiting for /readyz.
 func newHarnessNoWait(t testing.TB, extra func(dir string, st *store.Store) []sandbox.Backend) *harness {
 	t.Helper()
-	return startHarness(t, testConfig(), "", extra)
+	return startHarness(t, testConfig(), "", extra, nil)
 }
 
-func startHarness(t testing.TB, cfg config.Config, dir string, extra func(dir string, st *store.Store) []sandbox.Backend) *harness {
+// startHarness starts the daemon; tune, if set, adjusts its options (an
+// admission of the test's own) before server.New.
+func startHarness(t testing.TB, cfg config.Config, dir string, extra func(dir string, st *store.Store) []sandbox.Backend, tune func(*server.Options)) *harness {
 	t.Helper()
 	if dir == "" {
 		dir = stateDir(t)
@@ -191,7 +193,11 @@ func startHarness(t testing.TB, cfg config.Config, dir string, extra func(dir st
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Options{Config: cfg, Manager: mgr, Store: st, Logger: log})
+	opts := server.Options{Config: cfg, Manager: mgr, Store: st, Logger: log}
+	if tune != nil {
+		tune(&opts)
+	}
+	srv, err := server.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,14 +39,14 @@ func (s *Server) submit(ctx context.Context, t *tenant, inv *sandbox.Invocation,
 	if s.closing.Load() {
 		return nil, sandbox.Errorf(Unavailable, "", "the daemon is shutting down")
 	}
-	b, err := s.mgr.Select(ctx, inv.Policy, inv.Workload.Kind)
+	b, greq, err := s.selectFor(ctx, inv)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkImage(b, inv); err != nil {
 		return nil, err
 	}
-	tk := Ticket{ID: inv.ID, Tenant: t.cfg.Name, Weight: t.cfg.Weight, Backend: b.Name(), Resources: inv.Resources}
+	tk := Ticket{ID: inv.ID, Tenant: t.cfg.Name, Weight: t.cfg.Weight, Backend: b.Name(), Resources: inv.Resources.Vector, GPU: greq}
 	if err := s.adm.Admit(tk); err != nil {
 		return nil, err
 	}
@@ -86,6 +86,7 @@ func (s *Server) execute(j *job) {
 		return
 	}
 	admitted := time.Now()
+	s.assignGPUs(inv)
 	j.started.Store(true)
 	s.store.StartAsync(inv.ID, b.Name(), admitted, func(err error) {
 		if err != nil {

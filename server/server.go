@@ -138,6 +138,7 @@ func New(opts Options) (*Server, error) {
 	s.met.reg.MustRegister(newPoolCollector(s.pools))
 	if f, ok := s.adm.(*Fair); ok {
 		s.met.reg.MustRegister(newTenantCollector(f.Stats))
+		s.met.reg.MustRegister(f.gpuCollectors()...)
 	}
 	s.base, s.stopBase = context.WithCancel(context.Background())
 	return s, nil

@@ -116,6 +116,12 @@ func (b *Backend) Strength() sandbox.Strength { return sandbox.Native }
 // Kinds implements sandbox.Backend.
 func (b *Backend) Kinds() []sandbox.WorkloadKind { return []sandbox.WorkloadKind{sandbox.KindCommand} }
 
+// GPUSupport implements sandbox.GPUProvider: a native process is told its
+// assigned devices by NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES only
+// (a host process could open any device node), which is why the manager
+// gives native GPUs for trusted code only.
+func (b *Backend) GPUSupport(context.Context) error { return nil }
+
 // version changes whenever what the backend enforces changes, voiding
 // earlier certifications.
 const version = "wovyr-native/1"

@@ -231,7 +231,7 @@ func (s *nativeSandbox) run(ctx context.Context, inv *sandbox.Invocation, prog s
 	defer p.close()
 	cmd := exec.Command(prog)
 	cmd.Args = inv.Workload.Argv
-	cmd.Env = append([]string{}, inv.Workload.Env...) // non-nil: nothing inherited
+	cmd.Env = sandbox.GPUEnv(inv.Workload.Env, inv.GPUs) // non-nil: nothing inherited; only the assigned GPUs named
 	if s.b.weak == battery.InheritEnv {
 		cmd.Env = append(os.Environ(), cmd.Env...)
 	}

@@ -146,7 +146,7 @@ func TestGVisorSandboxesArePinned(t *testing.T) {
 		}
 		s := sbs[i]
 		inv := cmd("/bin/sh", "-c", "echo ok")
-		inv.Resources = resource.Vector{CPUMillis: millis}
+		inv.Resources.Vector = resource.Vector{CPUMillis: millis}
 		res, err := s.Run(ctx, inv)
 		if err != nil || string(res.Stdout) != "ok\n" {
 			t.Fatalf("run: %v %+v", err, res)

@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -72,6 +71,9 @@ func (s *Sandbox) Run(ctx context.Context, inv *sandbox.Invocation) (*sandbox.Re
 func (s *Sandbox) take(inv *sandbox.Invocation) error {
 	if !sandbox.Accepts(s.b, inv.Workload.Kind) {
 		return sandbox.Errorf(sandbox.BadInput, "workload.kind", "%s backend does not run %s workloads (wasm needs Config.WasmRunner)", s.b.name, inv.Workload.Kind)
+	}
+	if !sameGPUs(inv.GPUs, s.boot.gpus) {
+		return sandbox.Errorf(sandbox.BackendFailure, "", "%s: sandbox %s holds other GPU devices than the invocation was assigned", s.b.name, s.id)
 	}
 	if err := s.checkNetwork(inv.Policy.Network); err != nil {
 		return err
@@ -208,12 +210,10 @@ func (s *Sandbox) doJob(ctx context.Context, job agent.Job, lim sandbox.Limits, 
 
 // workloadEnv is the environment a workload (or a session's exec) with
 // env starts with: its own and nothing inherited (but under the
-// InheritEnv positive control).
+// InheritEnv positive control), GPU selectors naming only the sandbox's
+// own devices.
 func (s *Sandbox) workloadEnv(env []string) []string {
-	env = slices.Clone(env)
-	if env == nil {
-		env = []string{}
-	}
+	env = sandbox.GPUEnv(env, s.boot.gpus) // a fresh, non-nil copy
 	if s.b.weak == battery.InheritEnv {
 		env = append(env, os.Environ()...)
 	}

@@ -31,6 +31,8 @@ type driver struct {
 	// A clone's spec differs from its golden's by design — its own uid
 	// range, scratch and bind sources (ADR 0020) — so restores turn it off.
 	restoreCheck bool
+	// nvproxy: this runsc has --nvproxy (GPU access through the Sentry).
+	nvproxy bool
 }
 
 // restoreCheckFeature is the probe feature that records restoreCheck, so a
@@ -54,6 +56,7 @@ func newDriver(ctx context.Context, name, bin, stateDir string) (*driver, error)
 			return nil, fmt.Errorf("%s flags: %w", d.path, err)
 		}
 		d.restoreCheck = strings.Contains(string(flags), "-"+restoreCheckFeature+" ")
+		d.nvproxy = nvproxyFlag.Match(flags)
 	}
 	return d, nil
 }

@@ -100,7 +100,12 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 	if err != nil {
 		return nil, err
 	}
-	how := boot{netstack: b.gvisor && tmpl.Egress && b.cfg.Network != nil}
+	if len(tmpl.GPUs) > 0 {
+		if err := b.GPUSupport(ctx); err != nil {
+			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s: GPU template", b.name)
+		}
+	}
+	how := boot{netstack: b.gvisor && tmpl.Egress && b.cfg.Network != nil, gpus: tmpl.GPUs}
 	sb, err := b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, tmpl.Limits.WithDefaults(), how)
 	if err != nil && ctx.Err() == nil && errors.Is(err, io.EOF) {
 		// The runtime's sandbox died before its agent answered (runsc
@@ -262,6 +267,7 @@ func (s *Sandbox) writeSpec() error {
 	if s.net != nil {
 		joinSlot(spec, s.netnsPath(), s.resolvPath())
 	}
+	gpuEdits(s.boot.gpus).apply(spec)
 	if !s.boot.cold() {
 		if err := s.identityMounts(spec); err != nil {
 			return err

@@ -62,6 +62,8 @@ type boot struct {
 	from     *golden           // a clone of it: runsc restore, then the agent's thaw
 	thawed   *agent.Thawed     // the clone agent's answer to its thaw
 	ident    snapshot.Identity // what identityMounts gave it
+	// gpus are the devices in its spec (a GPU template's, never snapshotted).
+	gpus []sandbox.GPUDevice
 }
 
 func (b boot) cold() bool { return !b.capture && b.from == nil }

@@ -177,6 +177,13 @@ func (b *Backend) Strength() sandbox.Strength { return sandbox.Wasm }
 // Kinds implements sandbox.Backend: core wasm modules only (components later).
 func (b *Backend) Kinds() []sandbox.WorkloadKind { return []sandbox.WorkloadKind{sandbox.KindWasm} }
 
+// errNoGPU is why wasm never takes GPU work.
+var errNoGPU = errors.New("WebAssembly has no GPU access")
+
+// GPUSupport implements sandbox.GPUProvider: never, so GPU work is refused
+// at Select rather than run without its devices.
+func (b *Backend) GPUSupport(context.Context) error { return errNoGPU }
+
 // probeWAT is the module Probe really runs: it writes "ok" to stdout.
 const probeWAT = `(module
   (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))

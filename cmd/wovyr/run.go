@@ -166,9 +166,14 @@ func (c *runCmd) execute(ctx context.Context, n *node, inv *sandbox.Invocation) 
 				Reason: fmt.Sprintf("below the required strength %s (trust %s)", required, inv.Policy.Trust)}}}
 		}
 	}
-	b, err := n.mgr.Select(ctx, inv.Policy, inv.Workload.Kind)
+	b, err := n.mgr.SelectFor(ctx, inv.Policy, inv.Workload.Kind, inv.Resources.GPU)
 	if err != nil {
 		return nil, err
+	}
+	if inv.Resources.GPU > 0 {
+		// Devices are assigned, scrubbed and quarantined by the daemon's
+		// allocator; a one-shot run has none to give.
+		return nil, sandbox.Errorf(sandbox.BadInput, "resources.gpu", "GPU invocations run through the daemon (wovyr serve), which assigns the devices")
 	}
 	// An image the selected backend cannot run is bad input, refused
 	// before anything is recorded (as the daemon does at submit); so is a

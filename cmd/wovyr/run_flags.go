@@ -37,7 +37,7 @@ func (f *invocationFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.nofile, "nofile", 0, "open-file limit (default 256)")
 	fs.Uint64Var(&f.fuel, "fuel", 0, "wasm fuel (default: unmetered)")
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU cores reserved for scheduling, e.g. 0.5")
-	fs.Int64Var(&f.gpus, "gpus", 0, "whole GPUs reserved")
+	fs.Int64Var(&f.gpus, "gpus", 0, "GPU devices, each held alone and scrubbed after (needs --remote: the daemon assigns devices; never below the trust floor)")
 	fs.Var(&f.allow, "allow", "egress allow rule [udp:]HOST|CIDR:PORT[,PORT...], e.g. example.com:443, 10.0.0.0/8:80, '[fd00::/8]:443' (repeatable; default: no egress)")
 	fs.Var(&f.collect, "collect", "workspace PATH to return after the run (repeatable; needs root, as --file does); written under --collect-dir, or in the --json result")
 	fs.StringVar(&f.collectDir, "collect-dir", ".", "directory the --collect files are written to (without --json)")

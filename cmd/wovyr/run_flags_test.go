@@ -58,7 +58,7 @@ func TestRunFlagsReachTheInvocation(t *testing.T) {
 	wantAllow := []netpolicy.Rule{{Host: "example.com", Ports: []uint16{443}},
 		{CIDR: "10.0.0.0/8", Ports: []uint16{53, 5353}, Protocol: "udp"}, {CIDR: "fd00::/8", Ports: []uint16{80}}}
 	if inv.Workload.Image != "py" || inv.Limits != wantLimits || !reflect.DeepEqual(inv.Policy.Network.Allow, wantAllow) ||
-		inv.Resources != (resource.Vector{CPUMillis: 500, GPU: 1}) || !reflect.DeepEqual(inv.Workload.Collect, []string{"a.txt"}) {
+		inv.Resources.Vector != (resource.Vector{CPUMillis: 500, GPU: 1}) || !reflect.DeepEqual(inv.Workload.Collect, []string{"a.txt"}) {
 		t.Fatalf("invocation: image %q limits %+v allow %+v resources %+v collect %v",
 			inv.Workload.Image, inv.Limits, inv.Policy.Network.Allow, inv.Resources, inv.Workload.Collect)
 	}

@@ -98,7 +98,12 @@ func (c *serveCmd) run(ctx context.Context, g *globals) error {
 	if n.mgr, err = manager.New(manager.Config{Backends: n.backends, Certs: st, Probes: st, Logger: log}); err != nil {
 		return err
 	}
-	fair, err := server.NewFair(cfg)
+	gpus, closeGPUs, err := openGPUs(ctx, cfg.GPU, log)
+	if err != nil {
+		return err
+	}
+	defer closeGPUs()
+	fair, err := server.NewFairGPU(cfg, gpus)
 	if err != nil {
 		return err
 	}
