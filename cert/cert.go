@@ -69,6 +69,24 @@ func (r Record) Failed() []string {
 	return f
 }
 
+// GPUUnprobed is why a GPU row is recorded not applicable where the node
+// has a GPU and the backend could give it, but nothing probes the row for
+// that backend yet (package battery). A record carrying it certifies the
+// backend, but not for GPU work (CoversGPUs).
+const GPUUnprobed = "no probe of this GPU row for this backend yet: its certification does not cover GPUs, so it is given no GPU work"
+
+// CoversGPUs reports whether r leaves no GPU row unprobed. Where the node
+// has no GPU the rows are not applicable for that reason instead, and GPU
+// work can come only from an inventory the operator named as fake.
+func (r Record) CoversGPUs() bool {
+	for _, o := range r.Outcomes {
+		if !o.Applies && o.Why == GPUUnprobed {
+			return false
+		}
+	}
+	return true
+}
+
 // Verdict recomputes Passed from the outcomes: every applicable probe passed
 // and every positive control flagged its weakness.
 func (r Record) Verdict() bool { return len(r.Outcomes) > 0 && len(r.Failed()) == 0 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
@@ -125,5 +126,33 @@ func TestGPUNeverLowersAFloor(t *testing.T) {
 	}
 	if b, err := m.SelectFor(ctx, sandbox.Policy{Trust: sandbox.Internal, Preference: sandbox.Native}, sandbox.KindCommand, 1); err != nil || b.Name() != "container" {
 		t.Fatalf("internal GPU work preferring native: %v %v, want container", b, err)
+	}
+}
+
+// TestGPUWorkNeedsGPURowsProbed: a backend whose certification left the
+// GPU rows unprobed where a GPU exists (cert.GPUUnprobed) stays certified
+// for other work but is given no GPU work, which then goes to the next
+// backend that qualifies.
+func TestGPUWorkNeedsGPURowsProbed(t *testing.T) {
+	m := gpuNode(t, sandbox.Floors{})
+	certs := m.certs.(certMap)
+	rec := certs["native"]
+	rec.Outcomes = append(rec.Outcomes, cert.Outcome{ID: 95, Name: "GPU: assigned only", Why: cert.GPUUnprobed})
+	certs["native"] = rec
+	ctx := context.Background()
+	if b, err := m.SelectFor(ctx, sandbox.Policy{Trust: sandbox.Trusted}, sandbox.KindCommand, 0); err != nil || b.Name() != "native" {
+		t.Fatalf("trusted without a GPU: %v %v, want native", b, err)
+	}
+	if b, err := m.SelectFor(ctx, sandbox.Policy{Trust: sandbox.Trusted}, sandbox.KindCommand, 1); err != nil || b.Name() != "container" {
+		t.Fatalf("trusted with a GPU: %v %v, want container (native's record does not cover GPUs)", b, err)
+	}
+	certs["container"] = func() cert.Record {
+		r := certs["container"]
+		r.Outcomes = append(r.Outcomes, cert.Outcome{ID: 96, Name: "GPU: residue", Why: cert.GPUUnprobed})
+		return r
+	}()
+	_, err := m.SelectFor(ctx, sandbox.Policy{Trust: sandbox.Internal}, sandbox.KindCommand, 1)
+	if !errors.Is(err, sandbox.FloorUnmet) || !strings.Contains(err.Error(), "container: certified, but not for GPU work") {
+		t.Fatalf("internal with a GPU on unprobed rows: %v", err)
 	}
 }

@@ -197,6 +197,16 @@ func (m *Manager) Key(b sandbox.Backend, capa sandbox.Capability) cert.Key {
 	return cert.Key{Backend: b.Name(), RuntimeVersion: capa.Version, Kernel: m.kernel, ConfigHash: capa.ConfigHash}
 }
 
+// coversGPUs reports whether b's certification covers GPU work (a record
+// that left the GPU rows unprobed where a GPU exists does not).
+func (m *Manager) coversGPUs(b sandbox.Backend, capa sandbox.Capability) bool {
+	if m.certs == nil {
+		return false
+	}
+	rec, err := m.certs.Cert(m.Key(b, capa))
+	return err == nil && rec.CoversGPUs()
+}
+
 func (m *Manager) certified(b sandbox.Backend, capa sandbox.Capability) error {
 	if m.certs == nil {
 		return errors.New("not certified: no certification store")

@@ -74,6 +74,10 @@ func (m *Manager) unusable(ctx context.Context, b sandbox.Backend, p sandbox.Pol
 	if err := m.certified(b, capa); err != nil {
 		return err.Error(), sandbox.SummaryUncertified
 	}
+	if gpus > 0 && !m.coversGPUs(b, capa) {
+		why = "certified, but not for GPU work: no probe of the GPU rows (95-97) for it yet"
+		return why, why
+	}
 	if !p.Network.DenyAll() {
 		if !capa.Egress {
 			why = "cannot enforce an egress allowlist (deny-all only)"
