@@ -10,10 +10,10 @@
 package battery
 
 import (
-	"slices"
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 

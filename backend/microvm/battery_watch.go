@@ -150,8 +150,11 @@ func (w *hostWatch) start(ctx context.Context) (stop func()) {
 	}
 }
 
+// flag records a finding once: the sampler sees a lasting one every tick.
 func (w *hostWatch) flag(format string, args ...any) {
-	w.findings = append(w.findings, fmt.Sprintf(format, args...))
+	if f := fmt.Sprintf(format, args...); !slices.Contains(w.findings, f) {
+		w.findings = append(w.findings, f)
+	}
 }
 
 // sample reads the processes running as the VM's uid and their cgroups.
