@@ -8,7 +8,7 @@ GO      ?= go
 STATE   ?= /var/lib/wovyr
 WOVYR   := bin/wovyr --state-dir $(STATE) --guest $(CURDIR)/bin/wovyr-guest
 
-.PHONY: all build deps demo test test-race bench soak soak-faults fuzz clean
+.PHONY: all build deps demo cluster-demo test test-race bench soak soak-faults fuzz clean
 
 all: build
 
@@ -29,6 +29,12 @@ build:
 demo: deps build
 	scripts/demo $(STATE)
 
+# Three nodes in two regions on loopback, each its own process and state
+# dir (temporary), over an embedded three-server NATS cluster: a placement,
+# a dispatch, a read through another node and a residency refusal.
+cluster-demo: build
+	scripts/cluster-demo
+
 # The debootstrap base template the OCI tests run on, built once per machine
 # from the Debian mirror (the tests themselves never touch the network).
 TEST_STATE := /var/cache/wovyr-test/oci
@@ -37,8 +43,10 @@ test: deps build
 	@test -d $(TEST_STATE)/images/base/rootfs || bin/wovyr --state-dir $(TEST_STATE) --guest $(CURDIR)/bin/wovyr-guest image build base
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 60m ./...
+	cd sdk/python && WOVYR_BIN=$(CURDIR)/bin/wovyr python3 -m unittest
+	cd sdk/typescript && WOVYR_BIN=$(CURDIR)/bin/wovyr node --test test/
 	$(GO) test -count=1 -race -timeout 20m ./manager/... ./store/... ./agent/... ./pool/... ./autoscale/... ./sched/... ./snapshot/...
-	scripts/fuzz 3s
+	scripts/fuzz 1000x
 
 # Long runs kept out of `make test`, which runs a short pass of each:
 # 100 microVM and 100 gVisor clones of one golden each, every reading
@@ -54,7 +62,7 @@ soak-faults: deps build
 	WOVYR_SOAK_FAULTS=full $(GO) test -count=1 -timeout 20m -run TestSoakWithFaults -v ./soak/
 
 # Every fuzz target (scripts/fuzz lists them) for FUZZTIME each; make test
-# runs the same for 3s each, so the targets stay alive.
+# runs a short pass of 1000 executions each, so the targets stay alive.
 FUZZTIME ?= 30s
 fuzz:
 	scripts/fuzz $(FUZZTIME)

@@ -18,6 +18,10 @@ import (
 // MaxListEntries bounds one directory listing: a reply is one frame.
 const MaxListEntries = 10000
 
+// noBlockNoFollow opens without following a final symlink and without
+// blocking (a FIFO planted by the workload cannot stall a read).
+const noBlockNoFollow = unix.O_NONBLOCK | unix.O_NOFOLLOW
+
 // fileJob answers a File job: one operation in job.Dir.
 func fileJob(job Job) Reply {
 	rep := Reply{ID: job.ID}
@@ -68,6 +72,11 @@ func FileOp(dir string, op *sandbox.FileOp) (*sandbox.FileReply, error) {
 			return nil, err
 		}
 		return &sandbox.FileReply{}, root.RemoveAll(op.Path)
+	case sandbox.FileArchive:
+		b, err := archiveDir(root, op.Path, op.Max)
+		return &sandbox.FileReply{Data: b}, err
+	case sandbox.FileExtract:
+		return &sandbox.FileReply{}, extractInto(root, op.Path, op.Data)
 	}
 	return nil, fmt.Errorf("file operation %q", op.Op)
 }
@@ -76,7 +85,7 @@ func readFile(root *os.Root, p string, max int64) ([]byte, error) {
 	if max == 0 {
 		max = sandbox.MaxFileBytes
 	}
-	f, err := root.OpenFile(p, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+	f, err := root.OpenFile(p, os.O_RDONLY|noBlockNoFollow, 0)
 	if errors.Is(err, unix.ELOOP) {
 		return nil, fmt.Errorf("%s is a symlink; read its target instead", p)
 	}

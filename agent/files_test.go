@@ -81,7 +81,7 @@ func TestFileOpConfined(t *testing.T) {
 		{sandbox.FileOp{Op: sandbox.FileList, Path: "up"}, "openat up: path escapes from parent"},
 		{sandbox.FileOp{Op: sandbox.FileRemove, Path: "up/secret"}, "statat up/secret: path escapes from parent"},
 		{sandbox.FileOp{Op: "chmod", Path: "x"}, `bad-input (op): unknown file operation "chmod"`},
-		{sandbox.FileOp{Op: sandbox.FileRead, Path: "x", Data: []byte("y")}, "bad-input (data): only a write carries data and a mode"},
+		{sandbox.FileOp{Op: sandbox.FileRead, Path: "x", Data: []byte("y")}, "bad-input (data): only a write and an extract carry data"},
 	}
 	for _, c := range cases {
 		rep := fileJob(Job{ID: "f", Dir: ws, File: &c.op})

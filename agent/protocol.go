@@ -69,6 +69,26 @@ type Job struct {
 	// group). Only an agent that is its namespace's init can; Reply.Unswept
 	// says why one could not.
 	Sweep bool `json:"sweep,omitempty"`
+	// Stream asks for the job's output while it runs: the agent sends an
+	// Output frame (a Reply with Out set) for each piece of stdout or
+	// stderr as it keeps it, and the final Reply then carries no output
+	// bytes (the host has them), only the truncated flags.
+	Stream bool `json:"stream,omitempty"`
+	// Background starts the job's command in a session of its own and
+	// replies as soon as it runs (Reply.Pid), without waiting for it: the
+	// agent holds it (background.go) until a Procs kill, its output capped
+	// at Output. No Stdin, no Wall.
+	Background bool `json:"background,omitempty"`
+	// Procs, on a job without Argv, lists, reads or kills the background
+	// processes (Reply.Procs); it never waits on one.
+	Procs *ProcsJob `json:"procs,omitempty"`
+}
+
+// Output is one piece of a streaming job's output: Fd 1 is stdout, 2
+// stderr.
+type Output struct {
+	Fd   int    `json:"fd"`
+	Data []byte `json:"data"`
 }
 
 // Rlimit is one resource limit, by its Linux number (RLIMIT_NOFILE, …).
@@ -113,6 +133,19 @@ type Reply struct {
 	// Unswept is set when a Sweep job's sweep failed: processes may be
 	// left, and the host must not trust the sandbox with another job.
 	Unswept string `json:"unswept,omitempty"`
+	// Out makes this frame an Output frame of a streaming job, sent before
+	// its final Reply; nothing else in it is set but ID.
+	Out *Output `json:"out,omitempty"`
+	// Pid answers a Background job that started: its leader's pid.
+	Pid int `json:"pid,omitempty"`
+	// Procs answers a Procs job: every held process for a list (without
+	// output), the one asked for otherwise.
+	Procs []sandbox.Process `json:"procs,omitempty"`
+	// Class types the Error of a Background or Procs job that was refused:
+	// sandbox.BadInput (one background process too many), sandbox.NotFound
+	// (an id the agent does not hold). Empty for a command that could not
+	// start, which is reported as a foreground job's is.
+	Class sandbox.Class `json:"class,omitempty"`
 }
 
 // WriteFrame writes v as one frame: a 4-byte big-endian length, then JSON.

@@ -29,10 +29,16 @@ func Serve(ctx context.Context, rw io.ReadWriter) error {
 			rep = Reply{ID: job.ID, ExitCode: 127, Error: err.Error()}
 		} else if job.Reexec {
 			rep = Reply{ID: job.ID, ExitCode: 127, Error: reexec(job.ID).Error()} // it returns only on failure
+		} else if len(job.Argv) > 0 && job.Background {
+			rep = bg.start(job)
+		} else if len(job.Argv) > 0 && job.Stream {
+			rep = execute(ctx, job, nil, streamTo(rw, job.ID))
 		} else if len(job.Argv) > 0 {
 			rep = Execute(ctx, job)
 		} else if job.File != nil {
 			rep = fileJob(job)
+		} else if job.Procs != nil {
+			rep = bg.procsJob(job)
 		} else {
 			rep = Reply{ID: job.ID}
 			if job.Draw {
@@ -56,6 +62,19 @@ func Serve(ctx context.Context, rw io.ReadWriter) error {
 	}
 }
 
+// streamTo is a streaming job's emitFunc: one Output frame per piece, on
+// the job's connection. After a failed write it sends nothing more (the
+// host hung up; the final reply's write reports it).
+func streamTo(w io.Writer, id string) emitFunc {
+	var failed bool
+	return func(fd int, p []byte) {
+		if failed {
+			return
+		}
+		failed = WriteFrame(w, Reply{ID: id, Out: &Output{Fd: fd, Data: p}}) != nil
+	}
+}
+
 // Client is the host side of one agent connection. It is safe for
 // concurrent use; jobs are serialised because the agent runs one at a time.
 type Client struct {
@@ -70,6 +89,15 @@ func NewClient(rw io.ReadWriteCloser) *Client { return &Client{rw: rw} }
 // closed (the agent's job can no longer be trusted to report) and ctx's error
 // returned; the caller must then destroy the sandbox.
 func (c *Client) Do(ctx context.Context, job Job) (Reply, error) {
+	return c.DoStream(ctx, job, nil)
+}
+
+// DoStream is Do for a job that may stream (Job.Stream): each Output frame
+// that comes before the reply is passed to out, on the goroutine reading
+// the connection, in order. An Output frame for a job that did not ask to
+// stream, or for another job, is a protocol error, as is one with an fd
+// other than 1 or 2; the connection is then unusable.
+func (c *Client) DoStream(ctx context.Context, job Job, out func(Output)) (Reply, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	type result struct {
@@ -82,12 +110,22 @@ func (c *Client) Do(ctx context.Context, job Job) (Reply, error) {
 			ch <- result{err: fmt.Errorf("agent: send job: %w", err)}
 			return
 		}
-		var rep Reply
-		if err := ReadFrame(c.rw, &rep); err != nil {
-			ch <- result{err: fmt.Errorf("agent: read reply: %w", err)}
-			return
+		for {
+			var rep Reply
+			if err := ReadFrame(c.rw, &rep); err != nil {
+				ch <- result{err: fmt.Errorf("agent: read reply: %w", err)}
+				return
+			}
+			if rep.Out == nil {
+				ch <- result{rep: rep}
+				return
+			}
+			if !job.Stream || out == nil || rep.ID != job.ID || rep.Out.Fd != 1 && rep.Out.Fd != 2 {
+				ch <- result{err: fmt.Errorf("agent: unexpected output frame (job %q, fd %d)", rep.ID, rep.Out.Fd)}
+				return
+			}
+			out(*rep.Out)
 		}
-		ch <- result{rep: rep}
 	}()
 	select {
 	case r := <-ch:

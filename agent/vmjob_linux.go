@@ -152,7 +152,7 @@ func runVMJob(ctx context.Context, job VMJob, setupErr error, cg *jobCgroupState
 		rep.Setup = err.Error()
 		return rep
 	}
-	rep.Reply = execute(ctx, job.Job, cg.attr)
+	rep.Reply = execute(ctx, job.Job, cg.attr, nil)
 	if err := restore(); err != nil {
 		rep.Setup = err.Error() // a VM whose agent cannot serve another job: a backend failure
 	}

@@ -86,6 +86,10 @@ type Target struct {
 	Guest []string
 	// Image is the root filesystem template for backends that use one.
 	Image string
+	// GPUs are the devices the GPU rows (95–97) may assign, the first to
+	// the sandbox under test, the others as "another tenant's". Zero: this
+	// node's NVML devices, where the rows apply at all.
+	GPUs []sandbox.GPUDevice
 }
 
 // Observation is one probe run's finding.

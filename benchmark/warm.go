@@ -15,15 +15,21 @@ import (
 // copy their descriptors.
 type Warm struct {
 	ctx         context.Context
-	b           sandbox.Backend
-	tmpl        sandbox.Template
+	prepare     func(context.Context) (sandbox.Sandbox, error)
 	size        int
 	ready, used []sandbox.Sandbox
 }
 
 // NewWarm returns a Warm of size sandboxes of b, prepared from tmpl.
 func NewWarm(ctx context.Context, b sandbox.Backend, tmpl sandbox.Template, size int) *Warm {
-	return &Warm{ctx: ctx, b: b, tmpl: tmpl, size: max(size, 1)}
+	return NewWarmFrom(ctx, func(ctx context.Context) (sandbox.Sandbox, error) { return b.Prepare(ctx, tmpl) }, size)
+}
+
+// NewWarmFrom returns a Warm of size sandboxes made by prepare: for a peer
+// that must prepare as a pool does (clones of a golden snapshot where the
+// pool restores them), not only cold.
+func NewWarmFrom(ctx context.Context, prepare func(context.Context) (sandbox.Sandbox, error), size int) *Warm {
+	return &Warm{ctx: ctx, prepare: prepare, size: max(size, 1)}
 }
 
 // Refill destroys the used sandboxes and prepares ready ones up to the size.
@@ -34,7 +40,7 @@ func (w *Warm) Refill() error {
 	}
 	w.used = w.used[:0]
 	for len(w.ready) < w.size {
-		sb, err := w.b.Prepare(w.ctx, w.tmpl)
+		sb, err := w.prepare(w.ctx)
 		if err != nil {
 			errs = append(errs, err)
 			break

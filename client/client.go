@@ -8,7 +8,6 @@
 package client
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -133,34 +132,7 @@ func ResultOf(rec *Invocation) (*sandbox.Result, error) {
 // Events streams the invocation's events to fn until the result event (the
 // last one), ctx ends or fn returns an error.
 func (c *Client) Events(ctx context.Context, id string, fn func(Event) error) error {
-	resp, err := c.send(ctx, http.MethodGet, "/v1/invocations/"+url.PathEscape(id)+"/events", nil)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 256<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		data, ok := strings.CutPrefix(line, "data: ")
-		if !ok {
-			continue // "event:", "id:", comments and blank separators
-		}
-		var ev Event
-		if err := json.Unmarshal([]byte(data), &ev); err != nil {
-			return fmt.Errorf("client: bad event: %w", err)
-		}
-		if err := fn(ev); err != nil {
-			return err
-		}
-		if ev.Type == EventResult {
-			return nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return err
-	}
-	return io.ErrUnexpectedEOF
+	return c.events(ctx, "/v1/invocations/"+url.PathEscape(id)+"/events", 0, EventResult, fn)
 }
 
 func waitQuery(wait time.Duration) string {
@@ -201,6 +173,13 @@ func (c *Client) sendAs(ctx context.Context, method, path string, body []byte, c
 	if body != nil {
 		req.Header.Set("Content-Type", ctype)
 	}
+	return c.doRequest(req)
+}
+
+// doRequest sends req with the client's token and turns any non-2xx
+// answer into an *Error.
+func (c *Client) doRequest(req *http.Request) (*http.Response, error) {
+	method, path := req.Method, req.URL.Path
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	resp, err := c.hc.Do(req)
 	if err != nil {

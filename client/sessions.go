@@ -17,6 +17,7 @@ import (
 const (
 	SessionCreating    = "creating"
 	SessionRunning     = "running"
+	SessionPaused      = "paused"      // Resume says how it comes back
 	SessionEnded       = "ended"       // EndReason says why
 	SessionInterrupted = "interrupted" // the daemon stopped while it was live
 )
@@ -53,6 +54,11 @@ type Session struct {
 	Execs       int                 `json:"execs"`
 	EndReason   string              `json:"end_reason,omitempty"`
 	Transitions []SessionTransition `json:"transitions"`
+	// Resume says how the session resumes from a pause: "restart" (its
+	// files kept, its processes not). Empty until its first pause.
+	Resume string `json:"resume,omitempty"`
+	// PausedBytes is the size of its kept workspace while paused.
+	PausedBytes int64 `json:"paused_bytes,omitempty"`
 }
 
 // SessionTransition is one state change of a session.
@@ -113,6 +119,48 @@ func (c *Client) Exec(ctx context.Context, id string, e *sandbox.Exec) (*sandbox
 }
 
 func fileQuery(p string) string { return "?path=" + url.QueryEscape(p) }
+
+// PauseSession pauses session id now: its workspace kept, its sandbox
+// given back. Any later exec or file request resumes it.
+func (c *Client) PauseSession(ctx context.Context, id string) (*Session, error) {
+	var out Session
+	return &out, c.do(ctx, http.MethodPost, sessionPath(id)+"/pause", nil, &out)
+}
+
+// ResumeSession resumes paused session id now.
+func (c *Client) ResumeSession(ctx context.Context, id string) (*Session, error) {
+	var out Session
+	return &out, c.do(ctx, http.MethodPost, sessionPath(id)+"/resume", nil, &out)
+}
+
+// UploadArchive extracts the tar archive data into directory dir of
+// session id's workspace ("" is the workspace itself). An archive with an
+// entry that cannot be extracted there is refused whole.
+func (c *Client) UploadArchive(ctx context.Context, id, dir string, data []byte) error {
+	if data == nil {
+		data = []byte{}
+	}
+	resp, err := c.sendAs(ctx, http.MethodPut, sessionPath(id)+"/files/archive"+fileQuery(dir), data, "application/x-tar")
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+
+// DownloadArchive returns directory dir of session id's workspace ("" is
+// the workspace itself) as a tar archive.
+func (c *Client) DownloadArchive(ctx context.Context, id, dir string) ([]byte, error) {
+	resp, err := c.send(ctx, http.MethodGet, sessionPath(id)+"/files/archive"+fileQuery(dir), nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, sandbox.MaxFileBytes+1))
+	if err == nil && len(b) > sandbox.MaxFileBytes {
+		err = fmt.Errorf("client: the archive of %q is over %d bytes", dir, sandbox.MaxFileBytes)
+	}
+	return b, err
+}
 
 // Upload writes data at path (relative to the workspace) in the session
 // id, with permission bits mode (zero: 0644).

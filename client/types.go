@@ -30,6 +30,12 @@ type Invocation struct {
 	Transitions []Transition    `json:"transitions"`
 	Result      *sandbox.Result `json:"result,omitempty"`
 	Created     time.Time       `json:"created"`
+	// Where it ran: the region and zone of the node that ran it (its
+	// operator's config) and the node's name. Empty on a node with no
+	// region.
+	Region string `json:"region,omitempty"`
+	Zone   string `json:"zone,omitempty"`
+	Node   string `json:"node,omitempty"`
 }
 
 // Transition is one state change with its time.
@@ -45,11 +51,12 @@ type ErrorBody struct {
 	Field   string        `json:"field,omitempty"`
 }
 
-// Event types of GET /v1/invocations/{id}/events.
+// Event types of GET /v1/invocations/{id}/events (and, stdout and stderr,
+// of an exec's events, which end with EventExit).
 const (
 	EventState  = "state"  // State and At are set
-	EventStdout = "stdout" // Data is a chunk of standard output
-	EventStderr = "stderr" // Data is a chunk of standard error
+	EventStdout = "stdout" // Data is a chunk of standard output, sent as it was produced
+	EventStderr = "stderr" // Data is a chunk of standard error, sent as it was produced
 	EventResult = "result" // Invocation is the final record; the stream ends
 )
 
@@ -62,4 +69,5 @@ type Event struct {
 	At         time.Time   `json:"at,omitzero"`
 	Data       []byte      `json:"data,omitempty"`
 	Invocation *Invocation `json:"invocation,omitempty"`
+	Exec       *Exec       `json:"exec,omitempty"` // EventExit: the exec's final record
 }

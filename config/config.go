@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -81,6 +82,24 @@ type Config struct {
 	// GPU says where the node's GPUs come from (see gpu.go). Zero means
 	// NVML, and no GPUs where the driver is absent.
 	GPU GPU `json:"gpu,omitzero"`
+	// MCP configures the MCP tools (see mcp.go).
+	MCP MCP `json:"mcp,omitzero"`
+	// Region is the node's region (and Zone its zone within it): operator
+	// configuration, never taken from an invocation or a tenant. Its pools
+	// are keyed by it and its records say it. Zero means no region: the
+	// node takes no invocation that asks for one (residency-unmet).
+	Region string `json:"region,omitempty"`
+	Zone   string `json:"zone,omitempty"`
+	// Node names this node in its cluster's registry. Zero means one
+	// derived from the host name and the state directory.
+	Node string `json:"node,omitempty"`
+	// Residency is the deployment's regions and residency policy (see
+	// region.go).
+	Residency Residency `json:"residency,omitzero"`
+	// NATS is how the node joins its cluster (see region.go).
+	NATS NATS `json:"nats,omitzero"`
+	// Plugins configures component plugins (see plugins.go).
+	Plugins Plugins `json:"plugins,omitzero"`
 	// Tenants are the callers. Empty is allowed only for Default, which the
 	// serve command completes with a bootstrap tenant.
 	Tenants []Tenant `json:"tenants"`
@@ -145,6 +164,13 @@ type Tenant struct {
 	// 1000.
 	Rate  float64 `json:"rate,omitempty"`
 	Burst int     `json:"burst,omitempty"`
+	// Regions are the regions its invocations may run in (the default
+	// residency policy reads them; a policy of the operator's may too).
+	// Zero means every region of the deployment.
+	Regions []string `json:"regions,omitempty"`
+	// Attributes are facts about the tenant that the residency policy
+	// reads (for example "jurisdiction": "eu").
+	Attributes map[string]string `json:"attributes,omitempty"`
 	// MaxGPUs bounds the GPU devices its running invocations hold at once;
 	// a request for more is refused (400). Zero means no bound beyond the
 	// node's devices.
@@ -197,6 +223,14 @@ func (c Config) WithDefaults() (Config, error) {
 		c.Egress.ResolvConf = "/etc/resolv.conf"
 	}
 	c.Egress.Uplinks = slices.Clone(c.Egress.Uplinks)
+	mcp, err := c.MCP.withDefaults()
+	if err != nil {
+		return c, err
+	}
+	c.MCP = mcp
+	if c.Plugins, err = c.Plugins.withDefaults(); err != nil {
+		return c, err
+	}
 	c.Pools = slices.Clone(c.Pools)
 	if len(c.Pools) == 0 {
 		c.Pools = []Pool{{MinWarm: 1, MaxWarm: min(4, c.Concurrency)}}
@@ -206,10 +240,19 @@ func (c Config) WithDefaults() (Config, error) {
 			c.Pools[i].MaxLive = c.Concurrency
 		}
 	}
+	c.regionDefaults()
 	c.Tenants = slices.Clone(c.Tenants)
 	for i := range c.Tenants {
 		t := &c.Tenants[i]
 		t.TokenSHA256 = slices.Clone(t.TokenSHA256)
+		t.Regions = slices.Clone(t.Regions)
+		if len(t.Regions) == 0 {
+			t.Regions = nil
+		}
+		t.Attributes = maps.Clone(t.Attributes)
+		if len(t.Attributes) == 0 {
+			t.Attributes = nil
+		}
 		if t.Weight == 0 {
 			t.Weight = 1
 		}
@@ -244,6 +287,9 @@ func (c Config) validate() error {
 		return bad("cgroup_reconcile", "want all or owned, not %q", c.CgroupReconcile)
 	}
 	if err := c.GPU.validate(); err != nil {
+		return err
+	}
+	if err := c.validateRegion(); err != nil {
 		return err
 	}
 	for i, p := range c.Pools {

@@ -44,11 +44,31 @@ func TestParseRejects(t *testing.T) {
 		"negative sessions": {`{"tenants":[{"name":"a","max_sessions":-1,"token_sha256":["` + h + `"]}]}`, "tenants[0]"},
 		"trailing data":     {`{"tenants":[]} {}`, ""},
 		"bad reconcile":     {`{"cgroup_reconcile":"some","tenants":[]}`, "cgroup_reconcile"},
+		"mcp language":      {`{"mcp":{"images":{"cobol":"x"}},"tenants":[]}`, "mcp.images"},
+		"mcp empty image":   {`{"mcp":{"images":{"python":""}},"tenants":[]}`, "mcp.images"},
+		"mcp output":        {`{"mcp":{"max_output":10},"tenants":[]}`, "mcp.max_output"},
+		"mcp trust":         {`{"mcp":{"trust":"friendly"},"tenants":[]}`, ""},
 	} {
 		_, err := Parse(strings.NewReader(tc.json))
 		if !errors.Is(err, sandbox.BadInput) || sandbox.FieldOf(err) != tc.field {
 			t.Errorf("%s: %v (field %q), want bad-input on %q", name, err, sandbox.FieldOf(err), tc.field)
 		}
+	}
+}
+
+// TestMCPDefaults: model-written code is untrusted unless the operator says
+// otherwise; a language left out keeps its default image.
+func TestMCPDefaults(t *testing.T) {
+	c, err := Parse(strings.NewReader(`{"mcp":{"images":{"javascript":"node"}},"tenants":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MCP.Trust != sandbox.Untrusted || c.MCP.MaxOutput != 64<<10 ||
+		c.MCP.Images["javascript"] != "node" || c.MCP.Images["python"] != "python" || c.MCP.Images["bash"] != "python" {
+		t.Fatalf("mcp: %+v", c.MCP)
+	}
+	if d := Default(); d.MCP.Trust != sandbox.Untrusted || len(d.MCP.Images) != 3 {
+		t.Fatalf("default mcp: %+v", d.MCP)
 	}
 }
 

@@ -164,7 +164,7 @@ func (a *Allocator) Devices(id string) []sandbox.GPUDevice {
 	var out []sandbox.GPUDevice
 	for _, i := range a.holding[id] {
 		d := a.slots[i].dev
-		out = append(out, sandbox.GPUDevice{UUID: d.UUID, Nodes: slices.Clone(d.Nodes)})
+		out = append(out, sandbox.GPUDevice{UUID: d.UUID, Nodes: slices.Clone(d.Nodes), PCI: d.PCI})
 	}
 	return out
 }

@@ -42,6 +42,10 @@ type Device struct {
 	// Nodes are the device nodes a process needs for this device, control
 	// nodes (nvidiactl, nvidia-uvm) included.
 	Nodes []sandbox.DeviceNode
+	// PCI is a whole GPU's PCI address in sysfs form ("0000:01:00.0"),
+	// what VFIO passes through; "" for a MIG instance, which has no PCI
+	// function of its own.
+	PCI string
 }
 
 // Request is what a task asks for.

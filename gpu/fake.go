@@ -41,12 +41,13 @@ const (
 const FakeMajor = 195
 
 // NewFake returns a fake inventory of n whole GPUs of memory bytes each,
-// UUIDs GPU-fake-0 … and nodes /dev/nvidia0 … (minor = index), plus the
+// UUIDs GPU-fake-0 …, nodes /dev/nvidia0 … (minor = index) and PCI
+// addresses 0000:01:00.0 … (FakePCI), plus the
 // MIG instances given as profiles on one extra GPU in MIG mode (index n).
 func NewFake(n int, memory int64, mig ...string) *Fake {
 	f := &Fake{procs: map[string][]int{}, listErr: map[string]error{}, resetting: map[string]FakeReset{}}
 	for i := range n {
-		f.devices = append(f.devices, Device{UUID: fmt.Sprintf("GPU-fake-%d", i), Index: i, MemoryBytes: memory, Nodes: fakeNodes(i)})
+		f.devices = append(f.devices, Device{UUID: fmt.Sprintf("GPU-fake-%d", i), Index: i, MemoryBytes: memory, Nodes: fakeNodes(i), PCI: FakePCI(i)})
 	}
 	for j, p := range mig {
 		nodes := append(fakeNodes(n), sandbox.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", 10+j), Major: FakeMajor + 1, Minor: int64(10 + j)})
@@ -54,6 +55,9 @@ func NewFake(n int, memory int64, mig ...string) *Fake {
 	}
 	return f
 }
+
+// FakePCI is fake GPU i's made-up PCI address, bus i+1.
+func FakePCI(i int) string { return fmt.Sprintf("0000:%02x:00.0", i+1) }
 
 // fakeNodes are a whole GPU's nodes: /dev/nvidiaN plus the control nodes.
 func fakeNodes(minor int) []sandbox.DeviceNode {

@@ -67,9 +67,12 @@ func TestNVMLInventory(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range devs {
-		t.Logf("device %s index %d mig %q memory %d health %q nodes %v", d.UUID, d.Index, d.MIGProfile, d.MemoryBytes, d.Health, d.Nodes)
+		t.Logf("device %s index %d mig %q memory %d health %q pci %q nodes %v", d.UUID, d.Index, d.MIGProfile, d.MemoryBytes, d.Health, d.PCI, d.Nodes)
 		if d.UUID == "" || len(d.Nodes) == 0 {
 			t.Errorf("device %+v lacks a UUID or nodes", d)
+		}
+		if (d.MIGProfile == "") != (d.PCI != "") {
+			t.Errorf("device %s: a whole GPU has its PCI address, a MIG instance none: %q", d.UUID, d.PCI)
 		}
 		pids, err := n.Processes(context.Background(), d.UUID)
 		t.Logf("  processes %v %v", pids, err)
@@ -361,5 +364,39 @@ func TestAllocatorHammer(t *testing.T) {
 	}
 	if s := fmt.Sprint(a.Snapshot()); strings.Contains(s, "assigned") {
 		t.Fatalf("devices still assigned: %s", s)
+	}
+}
+
+// TestSysfsAddress: NVML's bus id (8-digit domain, upper case) becomes the
+// sysfs address VFIO binds; the fake's whole GPUs carry theirs to the
+// sandbox, MIG instances none.
+func TestSysfsAddress(t *testing.T) {
+	var b [32]int8
+	for i, c := range "00000000:3B:00.0" {
+		b[i] = int8(c)
+	}
+	if got := sysfsAddress(b); got != "0000:3b:00.0" {
+		t.Fatalf("sysfsAddress = %q", got)
+	}
+	a, err := NewAllocator(context.Background(), NewFake(2, 1<<30, "1g.10gb"), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pcis []string
+	for i, id := range []string{"t0", "t1", "t2"} {
+		req := Request{Count: 1}
+		if i == 2 {
+			req.MIGProfile = "1g.10gb"
+		}
+		if err := a.Want(id, "x", req); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := a.Place(sched.Task{ID: id, Tenant: "x", Demand: resource.Vector{GPU: 1}}); !ok {
+			t.Fatalf("%s not placed", id)
+		}
+		pcis = append(pcis, a.Devices(id)[0].PCI)
+	}
+	if want := "[0000:01:00.0 0000:02:00.0 ]"; fmt.Sprint(pcis) != want {
+		t.Fatalf("PCI addresses %v, want %s", pcis, want)
 	}
 }

@@ -81,6 +81,9 @@ func (n *NVML) Devices(context.Context) ([]Device, error) {
 		own := n.node(fmt.Sprintf("nvidia%d", minor))
 		if cur, _, r := n.lib.DeviceGetMigMode(h); r != nvml.SUCCESS || cur != nvml.DEVICE_MIG_ENABLE {
 			gpu.Nodes = append([]sandbox.DeviceNode{own}, ctl...)
+			if pci, r := n.lib.DeviceGetPciInfo(h); r == nvml.SUCCESS {
+				gpu.PCI = sysfsAddress(pci.BusId)
+			}
 			out = append(out, gpu)
 			continue
 		}
@@ -243,12 +246,7 @@ func (n *NVML) Reset(_ context.Context, uuid string) error {
 	if r != nvml.SUCCESS {
 		return nvmlErr("PCI info", r)
 	}
-	bdf := strings.ToLower(busID(pci.BusId))
-	// NVML's bus id has an 8-digit domain; sysfs uses 4.
-	if len(bdf) == 16 {
-		bdf = bdf[4:]
-	}
-	p := filepath.Join(n.sys, "bus/pci/devices", bdf, "reset")
+	p := filepath.Join(n.sys, "bus/pci/devices", sysfsAddress(pci.BusId), "reset")
 	if err := os.WriteFile(p, []byte("1"), 0); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("%w: %s has no PCI reset", ErrResetUnsupported, uuid)
@@ -256,6 +254,16 @@ func (n *NVML) Reset(_ context.Context, uuid string) error {
 		return fmt.Errorf("reset %s: %w", uuid, err)
 	}
 	return nil
+}
+
+// sysfsAddress is NVML's PCI bus id ("00000000:01:00.0", an 8-digit
+// domain) in sysfs form ("0000:01:00.0").
+func sysfsAddress(b [32]int8) string {
+	bdf := strings.ToLower(busID(b))
+	if len(bdf) == 16 {
+		bdf = bdf[4:]
+	}
+	return bdf
 }
 
 func busID(b [32]int8) string {

@@ -68,20 +68,10 @@ func buildBusybox(ctx context.Context, root string, progress io.Writer) error {
 	return nil
 }
 
-// buildBase runs debootstrap --variant=minbase bookworm into root, passing
-// its progress lines through.
-func buildBase(ctx context.Context, root string, progress io.Writer) error {
-	return debootstrap(ctx, root, progress)
-}
-
-// buildPython is base with python3 and its standard library: a template
-// whose tools start slowly (an interpreter and its imports), as the gVisor
-// clone benchmark needs (ADR 0020).
-func buildPython(ctx context.Context, root string, progress io.Writer) error {
-	return debootstrap(ctx, root, progress, "python3")
-}
-
-// debootstrap builds a minbase bookworm with the include packages.
+// debootstrap builds a minbase bookworm with the include packages into
+// root, passing its progress lines through. (The python recipe's slow
+// start, an interpreter and its imports, is what the gVisor clone
+// benchmark needs: ADR 0020.)
 func debootstrap(ctx context.Context, root string, progress io.Writer, include ...string) error {
 	if _, err := exec.LookPath("debootstrap"); err != nil {
 		return fmt.Errorf("image: base needs apt package debootstrap: %w", err)

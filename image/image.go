@@ -51,36 +51,32 @@ func Exists(dir, name string) bool {
 var ErrExists = errors.New("image: template exists")
 
 // Builders are the templates Build knows.
-var Builders = []string{"busybox", "base", "python"}
+var Builders = []string{"busybox", "base", "python", "node"}
+
+// recipes are the Debian package sets of Build's bookworm templates.
+var recipes = map[string][]string{
+	"base":   nil,
+	"python": {"python3"},
+	"node":   {"nodejs"},
+}
 
 // Build creates template name under dir: "busybox" (a static busybox, ~2 MB,
 // for fast tests), "base" (Debian bookworm minbase via debootstrap, ~200
-// MB) or "python" (base with python3, ~230 MB, whose warm-up imports
-// json, re and subprocess: see WarmupFile). Progress lines go to progress (nil: discarded).
+// MB), "python" (base with python3, ~230 MB, whose warm-up imports json,
+// re and subprocess: see WarmupFile) or "node" (base with Node.js). The
+// bookworm ones are BuildApt's package sets, cached per machine. Progress
+// lines go to progress (nil: discarded).
 func Build(ctx context.Context, name, dir string, progress io.Writer) error {
 	if progress == nil {
 		progress = io.Discard
 	}
-	var fill func(ctx context.Context, root string, progress io.Writer) error
-	switch name {
-	case "busybox":
-		fill = buildBusybox
-	case "base":
-		fill = buildBase
-	case "python":
-		fill = buildPython
-	default:
+	if pkgs, ok := recipes[name]; ok {
+		return buildApt(ctx, name, dir, pkgs, builtinWarmups[name], progress)
+	}
+	if name != "busybox" {
 		return fmt.Errorf("image: no builder for %q (have %s)", name, strings.Join(Builders, ", "))
 	}
-	return install(ctx, dir, name, func(root string) error {
-		if err := fill(ctx, root, progress); err != nil {
-			return err
-		}
-		if argv := builtinWarmups[name]; argv != nil {
-			return writeWarmup(filepath.Dir(root), argv)
-		}
-		return nil
-	})
+	return install(ctx, dir, name, func(root string) error { return buildBusybox(ctx, root, progress) })
 }
 
 // install runs fill on a fresh temporary root and renames it into place.
@@ -137,8 +133,13 @@ func Remove(dir, name string) error {
 	return os.RemoveAll(filepath.Join(dir, name))
 }
 
-// Reconcile removes half-built templates ("<name>.tmp-*") under dir.
+// Reconcile removes half-built templates ("<name>.tmp-*") under dir, and
+// half-built trees of the package-set cache.
 func Reconcile(dir string) error {
+	return errors.Join(removeTemps(dir), removeTemps(filepath.Join(dir, aptCacheDir)))
+}
+
+func removeTemps(dir string) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {

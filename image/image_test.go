@@ -106,35 +106,42 @@ func TestImportNeutralisesHostileEntries(t *testing.T) {
 			if err := Import(context.Background(), src, "hostile", dir); err != nil {
 				t.Fatal(err)
 			}
-			root := RootFS(dir, "hostile")
-			if b, err := os.ReadFile(filepath.Join(root, "bin/tool")); err != nil || string(b) != "#!/bin/sh\necho ok\n" {
-				t.Fatalf("regular file: %q %v", b, err)
-			}
-			if fi, _ := os.Stat(filepath.Join(root, "bin/suid")); fi == nil || fi.Mode()&os.ModeSetuid != 0 {
-				t.Errorf("setuid bit kept: %v", fi)
-			}
-			if b, err := os.ReadFile(filepath.Join(root, "escape2")); err != nil || string(b) != "pwned" {
-				t.Errorf("/abs/../../escape2 should land at the root as escape2: %q %v", b, err)
-			}
-			for _, p := range []string{filepath.Join(work, "escape2"), filepath.Join(dir, "escape2"), filepath.Join(dir, "hostile", "escape2")} {
-				if _, err := os.Stat(p); err == nil {
-					t.Errorf("traversal wrote %s", p)
-				}
-			}
-			if l, err := os.Readlink(filepath.Join(root, "etc/evil")); err != nil || filepath.IsAbs(l) || l != "shadow" {
-				t.Errorf("absolute symlink: %q %v, want shadow (relative to etc/)", l, err)
-			}
-			if _, err := os.Lstat(filepath.Join(root, "dev/mem")); err == nil {
-				t.Error("device node created")
-			}
-			if _, err := os.Lstat(filepath.Join(root, "hard")); err == nil {
-				t.Error("hard link out of the root created")
-			}
-			var st syscall.Stat_t
-			if err := syscall.Stat(filepath.Join(root, "big-uid"), &st); err != nil || st.Uid != 65534 {
-				t.Errorf("owner of an out-of-range uid: %d %v, want 65534", st.Uid, err)
-			}
+			checkNeutralised(t, work, dir)
 		})
+	}
+}
+
+// checkNeutralised checks what the defences made of hostileImage(false),
+// installed as template "hostile" under dir in work.
+func checkNeutralised(t *testing.T, work, dir string) {
+	t.Helper()
+	root := RootFS(dir, "hostile")
+	if b, err := os.ReadFile(filepath.Join(root, "bin/tool")); err != nil || string(b) != "#!/bin/sh\necho ok\n" {
+		t.Fatalf("regular file: %q %v", b, err)
+	}
+	if fi, _ := os.Stat(filepath.Join(root, "bin/suid")); fi == nil || fi.Mode()&os.ModeSetuid != 0 {
+		t.Errorf("setuid bit kept: %v", fi)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "escape2")); err != nil || string(b) != "pwned" {
+		t.Errorf("/abs/../../escape2 should land at the root as escape2: %q %v", b, err)
+	}
+	for _, p := range []string{filepath.Join(work, "escape2"), filepath.Join(dir, "escape2"), filepath.Join(dir, "hostile", "escape2")} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("traversal wrote %s", p)
+		}
+	}
+	if l, err := os.Readlink(filepath.Join(root, "etc/evil")); err != nil || filepath.IsAbs(l) || l != "shadow" {
+		t.Errorf("absolute symlink: %q %v, want shadow (relative to etc/)", l, err)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "dev/mem")); err == nil {
+		t.Error("device node created")
+	}
+	if _, err := os.Lstat(filepath.Join(root, "hard")); err == nil {
+		t.Error("hard link out of the root created")
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(root, "big-uid"), &st); err != nil || st.Uid != 65534 {
+		t.Errorf("owner of an out-of-range uid: %d %v, want 65534", st.Uid, err)
 	}
 }
 

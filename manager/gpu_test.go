@@ -40,7 +40,7 @@ func (p *plainBackend) Probe(ctx context.Context) sandbox.Capability {
 
 // gpuNode is this development node as GPU selection sees it: native and a
 // container that can give devices, wasm that cannot, gVisor whose runsc
-// has no usable nvproxy, a TCG microVM without VFIO. Every backend is
+// has no usable nvproxy, a TCG microVM (no VFIO without KVM). Every backend is
 // certified.
 func gpuNode(t *testing.T, floors sandbox.Floors) *Manager {
 	cmd := []sandbox.WorkloadKind{sandbox.KindCommand}
@@ -51,7 +51,8 @@ func gpuNode(t *testing.T, floors sandbox.Floors) *Manager {
 		&gpuBackend{fakeBackend: fakeBackend{name: "container", strength: sandbox.Container, kinds: cmd, available: true}},
 		&gpuBackend{fakeBackend: fakeBackend{name: "gvisor", strength: sandbox.GVisor, kinds: cmd, available: true}, accel: "systrap",
 			support: errors.New("runsc nvproxy unavailable: no NVIDIA driver on this node")},
-		&plainBackend{fakeBackend: fakeBackend{name: "microvm", strength: sandbox.MicroVM, kinds: cmd, available: true}, accel: "tcg"},
+		&gpuBackend{fakeBackend: fakeBackend{name: "microvm", strength: sandbox.MicroVM, kinds: cmd, available: true}, accel: "tcg",
+			support: errors.New("VFIO passthrough needs KVM (accel tcg here)")},
 	}
 	certs := certMap{}
 	for _, b := range bs {
@@ -79,9 +80,9 @@ func TestGPUFloors(t *testing.T) {
 		{sandbox.Internal, sandbox.KindCommand, "container"},
 		{sandbox.Untrusted, sandbox.KindCommand, "floor-unmet: no usable backend at or above gvisor for a command workload; " +
 			"gvisor: no GPUs: runsc nvproxy unavailable: no NVIDIA driver on this node; " +
-			"microvm: cannot give a sandbox GPU devices: VFIO passthrough needs KVM (accel tcg here)"},
+			"microvm: no GPUs: VFIO passthrough needs KVM (accel tcg here)"},
 		{sandbox.Hostile, sandbox.KindCommand, "floor-unmet: no usable backend at or above microvm for a command workload; " +
-			"microvm: cannot give a sandbox GPU devices: VFIO passthrough needs KVM (accel tcg here)"},
+			"microvm: no GPUs: VFIO passthrough needs KVM (accel tcg here)"},
 		{sandbox.Trusted, sandbox.KindWasm, "floor-unmet: no usable backend at or above native for a wasm workload; " +
 			"native: does not run wasm workloads; wasm: no GPUs: WebAssembly has no GPU access; container: does not run wasm workloads; " +
 			"gvisor: does not run wasm workloads; microvm: does not run wasm workloads"},
@@ -154,5 +155,23 @@ func TestGPUWorkNeedsGPURowsProbed(t *testing.T) {
 	_, err := m.SelectFor(ctx, sandbox.Policy{Trust: sandbox.Internal}, sandbox.KindCommand, 1)
 	if !errors.Is(err, sandbox.FloorUnmet) || !strings.Contains(err.Error(), "container: certified, but not for GPU work") {
 		t.Fatalf("internal with a GPU on unprobed rows: %v", err)
+	}
+}
+
+// TestGPUNeedsAProvider: a backend that is no sandbox.GPUProvider is never
+// given GPU work, at any strength, and says so.
+func TestGPUNeedsAProvider(t *testing.T) {
+	cmd := []sandbox.WorkloadKind{sandbox.KindCommand}
+	b := &plainBackend{fakeBackend: fakeBackend{name: "microvm", strength: sandbox.MicroVM, kinds: cmd, available: true}, accel: "kvm"}
+	m, err := New(Config{Backends: []sandbox.Backend{b}, Certs: certMap{"microvm": passed("microvm")}, Kernel: "k", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.SelectFor(context.Background(), sandbox.Policy{Trust: sandbox.Hostile}, sandbox.KindCommand, 1)
+	if want := "floor-unmet: no usable backend at or above microvm for a command workload; microvm: cannot give a sandbox GPU devices"; err == nil || err.Error() != want {
+		t.Fatalf("%v\nwant %s", err, want)
+	}
+	if got, err := m.SelectFor(context.Background(), sandbox.Policy{Trust: sandbox.Hostile}, sandbox.KindCommand, 0); err != nil || got != b {
+		t.Fatalf("without a GPU: %v %v", got, err)
 	}
 }

@@ -294,3 +294,36 @@ func TestConcurrentSelectsShareOneProbe(t *testing.T) {
 		t.Fatalf("%d probes for 16 concurrent first selections, want 1", n)
 	}
 }
+
+// TestHoldsNamesOnlyItsBackend: a session's backend holds it while it is
+// usable at or above its policy's requirement; otherwise the floor error
+// names that backend alone, even where another would qualify.
+func TestHoldsNamesOnlyItsBackend(t *testing.T) {
+	kinds := []sandbox.WorkloadKind{sandbox.KindCommand, sandbox.KindSession}
+	ctr := &fakeBackend{name: "container", strength: sandbox.Container, kinds: kinds, available: true}
+	gv := &fakeBackend{name: "gvisor", strength: sandbox.GVisor, kinds: kinds, available: true}
+	certs := certMap{"container": passed("container"), "gvisor": passed("gvisor")}
+	m, _ := New(Config{Backends: []sandbox.Backend{ctr, gv}, Kernel: "k", Certs: certs, Logger: slog.New(slog.DiscardHandler)})
+	ctx := context.Background()
+	if err := m.Holds(ctx, ctr, sandbox.Policy{Trust: sandbox.Internal}, sandbox.KindSession); err != nil {
+		t.Fatalf("certified container, internal: %v", err)
+	}
+	for _, c := range []struct {
+		p    sandbox.Policy
+		want string
+	}{
+		{sandbox.Policy{Trust: sandbox.Untrusted}, "floor-unmet: no usable backend at or above gvisor for a session workload; container: is container, below the gvisor this policy requires"},
+		{sandbox.Policy{Trust: sandbox.Internal, Floor: sandbox.MicroVM}, "floor-unmet: no usable backend at or above microvm for a session workload; container: is container, below the microvm this policy requires"},
+	} {
+		if err := m.Holds(ctx, ctr, c.p, sandbox.KindSession); err == nil || err.Error() != c.want {
+			t.Errorf("%+v: %v\nwant %s", c.p, err, c.want)
+		}
+	}
+	delete(certs, "container")
+	m, _ = New(Config{Backends: []sandbox.Backend{ctr, gv}, Kernel: "k", Certs: certs, Logger: slog.New(slog.DiscardHandler)})
+	err := m.Holds(ctx, ctr, sandbox.Policy{Trust: sandbox.Internal}, sandbox.KindSession)
+	want := "floor-unmet: no usable backend at or above wasm for a session workload; container: not certified (run wovyr certify --backend container)"
+	if !errors.Is(err, sandbox.FloorUnmet) || err.Error() != want {
+		t.Fatalf("uncertified: %v\nwant %s", err, want)
+	}
+}

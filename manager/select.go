@@ -18,6 +18,10 @@ func (m *Manager) Select(ctx context.Context, p sandbox.Policy, kind sandbox.Wor
 	return m.SelectFor(ctx, p, kind, 0)
 }
 
+// Required is the strength p requires on this node: max(preference,
+// explicit floor, the trust class's floor with the operator's overrides).
+func (m *Manager) Required(p sandbox.Policy) sandbox.Strength { return m.floors.Required(p) }
+
 // SelectFor is Select for a workload that needs gpus GPU devices. GPU work
 // never lowers a floor: its requirement is at least the trust class's
 // default floor whatever the operator's overrides, and a backend qualifies
@@ -53,6 +57,27 @@ func (m *Manager) SelectFor(ctx context.Context, p sandbox.Policy, kind sandbox.
 	return nil, err
 }
 
+// Holds says whether b may still take work of kind under p, as Select
+// would choose it: at or above p's requirement, available, certified, able
+// to enforce p's network. A session asks it at every resume, because its
+// backend is fixed for its life: the answer is nil or a *sandbox.FloorError
+// naming b alone — never another backend.
+func (m *Manager) Holds(ctx context.Context, b sandbox.Backend, p sandbox.Policy, kind sandbox.WorkloadKind) error {
+	required := m.floors.Required(p)
+	why, summary := "", ""
+	if b.Strength() < required {
+		why = fmt.Sprintf("is %s, below the %s this policy requires", b.Strength(), required)
+		summary = why
+	} else {
+		why, summary = m.unusable(ctx, b, p, kind, 0)
+	}
+	if why == "" {
+		return nil
+	}
+	return &sandbox.FloorError{Required: required, Kind: kind,
+		Rejections: []sandbox.Rejection{{Backend: b.Name(), Strength: b.Strength(), Reason: why, Summary: summary}}}
+}
+
 // unusable says why b cannot take the workload, or "" if it can: the
 // operator's full reason and the tenant's path-free summary of it.
 func (m *Manager) unusable(ctx context.Context, b sandbox.Backend, p sandbox.Policy, kind sandbox.WorkloadKind, gpus int64) (why, summary string) {
@@ -67,7 +92,7 @@ func (m *Manager) unusable(ctx context.Context, b sandbox.Backend, p sandbox.Pol
 	if gpus > 0 {
 		// Before certification: an uncertified backend that could never
 		// take GPU work says the GPU reason, which is the one that matters.
-		if why := gpuUnusable(ctx, b, p, capa); why != "" {
+		if why := gpuUnusable(ctx, b, p); why != "" {
 			return why, why
 		}
 	}
@@ -150,7 +175,7 @@ func TemplateFor(inv *sandbox.Invocation) sandbox.Template {
 
 // gpuUnusable says why b cannot give GPU devices to p's workload here, or
 // "" if it can.
-func gpuUnusable(ctx context.Context, b sandbox.Backend, p sandbox.Policy, capa sandbox.Capability) string {
+func gpuUnusable(ctx context.Context, b sandbox.Backend, p sandbox.Policy) string {
 	switch {
 	case b.Strength() == sandbox.Native && p.Trust != sandbox.Trusted:
 		return "GPUs on native are for trusted code only"
@@ -159,11 +184,7 @@ func gpuUnusable(ctx context.Context, b sandbox.Backend, p sandbox.Policy, capa 
 	}
 	gp, ok := b.(sandbox.GPUProvider)
 	if !ok {
-		why := "cannot give a sandbox GPU devices"
-		if capa.Accel == "tcg" {
-			why += ": VFIO passthrough needs KVM (accel tcg here)"
-		}
-		return why
+		return "cannot give a sandbox GPU devices"
 	}
 	if err := gp.GPUSupport(ctx); err != nil {
 		return "no GPUs: " + err.Error()

@@ -38,3 +38,15 @@ func (v Vector) IsZero() bool { return v == Vector{} }
 func (v Vector) String() string {
 	return fmt.Sprintf("{cpu=%dm mem=%dB gpu=%d}", v.CPUMillis, v.MemoryBytes, v.GPU)
 }
+
+// DominantShare is v's largest fraction of capacity over the dimensions
+// capacity has (DRF's dominant share): 0 for nothing, 1 for all of one.
+func (v Vector) DominantShare(capacity Vector) float64 {
+	var s float64
+	for _, d := range [][2]int64{{v.CPUMillis, capacity.CPUMillis}, {v.MemoryBytes, capacity.MemoryBytes}, {v.GPU, capacity.GPU}} {
+		if d[1] > 0 {
+			s = max(s, float64(d[0])/float64(d[1]))
+		}
+	}
+	return s
+}

@@ -35,6 +35,10 @@ const (
 const (
 	NotFound Class = "not-found"
 	Conflict Class = "conflict"
+	// ResidencyUnmet: no region that the tenant's residency policy and the
+	// invocation's request both allow can take it (package residency).
+	// Refused before anything is recorded, so no workload ends with it.
+	ResidencyUnmet Class = "residency-unmet"
 )
 
 // Classes lists every non-OK class a Result can carry.

@@ -31,6 +31,9 @@ type DeviceNode struct {
 type GPUDevice struct {
 	UUID  string
 	Nodes []DeviceNode
+	// PCI is a whole GPU's PCI address ("0000:01:00.0"), what a microVM
+	// passes through with VFIO; "" for a MIG instance.
+	PCI string
 }
 
 // gpuSelectors are the variables CUDA and the NVIDIA container tooling read

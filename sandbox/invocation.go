@@ -4,7 +4,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -149,8 +151,71 @@ type Policy struct {
 	Preference Strength         `json:"preference,omitempty"` // "at least this strong"
 	Floor      Strength         `json:"floor,omitempty"`      // explicit floor
 	Network    netpolicy.Policy `json:"network"`              // zero: deny all egress
-	Residency  string           `json:"residency,omitempty"`  // region constraint (later)
+	Residency  Residency        `json:"residency,omitzero"`   // where it may run (package residency)
 }
+
+// Residency is what the invocation asks of where it runs. The zero value
+// asks nothing: the tenant's policy alone decides. It can only narrow what
+// the operator's residency policy allows the tenant, never widen it.
+type Residency struct {
+	// Regions are the regions it may run in. Nil means any the policy
+	// allows; an empty list is bad input (it would allow nothing).
+	Regions []string `json:"regions,omitempty"`
+	// DataClass names a data class of the operator's config (for example
+	// "pii-eu"), whose regions the data may be processed in.
+	DataClass string `json:"data_class,omitempty"`
+	// Labels describe the data (for example "sensitivity": "high"); the
+	// operator's policy may read them.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// RegionRE is the form of region, zone and data class names: they appear
+// in NATS subjects and stream names, so they are restricted as tenant names
+// are.
+const RegionRE = tenantRE
+
+// ValidRegion reports whether name is a usable region, zone or data class
+// name (RegionRE).
+func ValidRegion(name string) bool { return ValidTenant(name) }
+
+// Validate checks r's shape: region names well formed, none twice, labels
+// bounded. What the deployment knows (its regions and data classes) is
+// package residency's to check.
+func (r Residency) Validate() error {
+	const maxRegions, maxLabels, maxLabelBytes = 64, 64, 1024
+	bad := func(field, format string, args ...any) error {
+		return Errorf(BadInput, "policy.residency."+field, format, args...)
+	}
+	if len(r.Regions) > maxRegions {
+		return bad("regions", "at most %d regions", maxRegions)
+	}
+	if r.Regions != nil && len(r.Regions) == 0 {
+		return bad("regions", "an empty list allows nothing; omit it to ask for no region")
+	}
+	for i, g := range r.Regions {
+		if !ValidRegion(g) {
+			return bad(fmt.Sprintf("regions[%d]", i), "region %q must match %s", g, RegionRE)
+		}
+		if slices.Contains(r.Regions[:i], g) {
+			return bad(fmt.Sprintf("regions[%d]", i), "region %q listed twice", g)
+		}
+	}
+	if r.DataClass != "" && !ValidRegion(r.DataClass) {
+		return bad("data_class", "data class %q must match %s", r.DataClass, RegionRE)
+	}
+	if len(r.Labels) > maxLabels {
+		return bad("labels", "at most %d labels", maxLabels)
+	}
+	for k, v := range r.Labels {
+		if k == "" || len(k)+len(v) > maxLabelBytes {
+			return bad("labels", "a label needs a name, and name and value at most %d bytes together", maxLabelBytes)
+		}
+	}
+	return nil
+}
+
+// IsZero reports whether r asks nothing.
+func (r Residency) IsZero() bool { return r.Regions == nil && r.DataClass == "" && len(r.Labels) == 0 }
 
 // tenantRE is the form of tenant names and invocation ids, for messages;
 // ValidTenant checks it by hand (compiling the bounded repetition cost
@@ -203,6 +268,9 @@ func (inv *Invocation) Validate() error {
 			return &Error{Class: BadInput, Field: ne.Path(), Msg: ne.Msg}
 		}
 		return Wrap(BadInput, err, "policy.network")
+	}
+	if err := inv.Policy.Residency.Validate(); err != nil {
+		return err
 	}
 	if inv.Resources.Negative() {
 		return Errorf(BadInput, "resources", "resources must not be negative: %s", inv.Resources)

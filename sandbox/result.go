@@ -100,6 +100,10 @@ type Capped struct {
 	Limit     int64
 	buf       []byte
 	Truncated bool
+	// Emit, if set, receives the bytes each Write kept, as it keeps them
+	// (a live stream of what Bytes will return), valid during the call
+	// only. Nil means none.
+	Emit func([]byte)
 }
 
 // Write keeps what fits and drops the rest; it never fails, so a producer
@@ -112,12 +116,15 @@ func (c *Capped) Write(p []byte) (int, error) {
 		}
 		return len(p), nil
 	}
+	kept := p
 	if int64(len(p)) > room {
-		c.buf = append(c.buf, p[:room]...)
+		kept = p[:room]
 		c.Truncated = true
-		return len(p), nil
 	}
-	c.buf = append(c.buf, p...)
+	c.buf = append(c.buf, kept...)
+	if c.Emit != nil && len(kept) > 0 {
+		c.Emit(kept)
+	}
 	return len(p), nil
 }
 

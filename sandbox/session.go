@@ -19,10 +19,11 @@ import (
 // A session is the invocation contract split in time: the claim (tenant,
 // policy, limits) happens once, at Open, and each Exec is one job through
 // the same path a Run takes. A backend whose sandboxes already serve
-// sequential jobs to an agent (backend/oci) implements it by forwarding;
-// streaming output, background processes and pause/resume are later
-// seams of their own (a Streamer, a Snapshotter of tenant-bound state),
-// not methods every backend must stub.
+// sequential jobs to an agent (backend/oci) implements it by forwarding.
+// Live output rides the context (WithOutput), not this interface;
+// background processes (Processes) and pause/resume are seams of their
+// own (a Snapshotter of tenant-bound state), not methods every backend
+// must stub.
 type Session interface {
 	// Open claims the sandbox for c, as Run claims it for an invocation:
 	// the tenant's limits and network policy are applied now and hold for
@@ -32,7 +33,9 @@ type Session interface {
 	// Exec runs e in the session's workspace. As with Run, a nil error
 	// means it ran and Result says how it ended (Timeout, OOM, …); an
 	// error is typed, and a BackendFailure means the session is no longer
-	// usable. Every process e started is gone when Exec returns.
+	// usable. Every process e started is gone when Exec returns, but for
+	// those of background execs (Processes), which it spares. A
+	// Background e is BadInput here: Processes.Start starts it.
 	Exec(ctx context.Context, e *Exec) (*Result, error)
 	// File does one file operation in the workspace, confined to it (no
 	// "..", no absolute path, no symlink out of it). A missing file is a
@@ -95,6 +98,13 @@ type Exec struct {
 	// Output caps each of stdout and stderr. Zero means the session's
 	// Limits.Output, also its ceiling.
 	Output int64 `json:"output,omitempty"`
+	// Background starts the command and returns as soon as it runs
+	// (Processes.Start): it outlives the exec, and the sweep after later
+	// execs spares it, until it exits, is killed (Processes.Kill) or its
+	// session ends. A background exec takes no Stdin and no Wall: the
+	// session's max lifetime bounds it. False: an ordinary exec, every
+	// process of which is gone when it returns.
+	Background bool `json:"background,omitempty"`
 }
 
 // Validate checks e against the session's limits lim (with defaults)
@@ -113,12 +123,16 @@ func (e Exec) Validate(lim Limits) (Exec, error) {
 		return e, Errorf(BadInput, "id", "exec id %q must match %s", e.ID, tenantRE)
 	}
 	switch {
+	case e.Background && len(e.Stdin) > 0:
+		return e, Errorf(BadInput, "stdin", "a background exec takes no stdin")
+	case e.Background && e.Wall != 0:
+		return e, Errorf(BadInput, "wall", "a background exec has no wall limit: it runs until it exits, is killed or its session ends")
 	case e.Wall < 0 || e.Wall > lim.Wall:
 		return e, Errorf(BadInput, "wall", "must be between 0 and the session's wall limit (%s)", lim.Wall)
 	case e.Output < 0 || e.Output > lim.Output:
 		return e, Errorf(BadInput, "output", "must be between 0 and the session's output limit (%d bytes)", lim.Output)
 	}
-	if e.Wall == 0 {
+	if e.Wall == 0 && !e.Background {
 		e.Wall = lim.Wall
 	}
 	if e.Output == 0 {
@@ -137,6 +151,12 @@ const (
 	FileList   FileOpKind = "list"   // a directory's entries (Path "" or ".": the workspace)
 	FileStat   FileOpKind = "stat"   // one entry, symlinks not followed
 	FileRemove FileOpKind = "remove" // a file, a symlink or a directory with its contents
+	// FileArchive reads a directory (Path "" or ".": the workspace) as a
+	// tar archive of its regular files, directories and symlinks, in Data.
+	FileArchive FileOpKind = "archive"
+	// FileExtract writes the tar archive Data into a directory (made if
+	// missing; Path "" or ".": the workspace).
+	FileExtract FileOpKind = "extract"
 )
 
 // FileOp is one file operation in a session's workspace.
@@ -157,7 +177,7 @@ func (op *FileOp) Validate() error {
 		if err := ValidatePath(op.Path); err != nil {
 			return err
 		}
-	case FileList:
+	case FileList, FileArchive, FileExtract:
 		if op.Path != "" && op.Path != "." {
 			if err := ValidatePath(op.Path); err != nil {
 				return err
@@ -167,8 +187,10 @@ func (op *FileOp) Validate() error {
 		return Errorf(BadInput, "op", "unknown file operation %q", op.Op)
 	}
 	switch {
-	case op.Op != FileWrite && (len(op.Data) > 0 || op.Mode != 0):
-		return Errorf(BadInput, "data", "only a write carries data and a mode")
+	case op.Op != FileWrite && op.Mode != 0:
+		return Errorf(BadInput, "mode", "only a write carries a mode")
+	case op.Op != FileWrite && op.Op != FileExtract && len(op.Data) > 0:
+		return Errorf(BadInput, "data", "only a write and an extract carry data")
 	case int64(len(op.Data)) > MaxFileBytes:
 		return Errorf(BadInput, "data", "a file is at most %d bytes", MaxFileBytes)
 	case op.Mode&^0o777 != 0:

@@ -149,9 +149,11 @@ func TestEndToEnd(t *testing.T) {
 		if strings.Join(got, ",") != "queued,running,done,result:done" || out != "a\n" || errOut != "b\n" {
 			t.Fatalf("events %v stdout %q stderr %q", got, out, errOut)
 		}
-		// Resuming after event 2 replays the rest with the same ids.
+		// Resuming after event 2 (queued, running) replays the rest with
+		// the same ids: the output, which came while it ran, then done.
 		resp, body := h.raw("GET", "/v1/invocations/"+rec.ID+"/events", aliceToken, nil, map[string]string{"Last-Event-ID": "2"})
-		if resp.StatusCode != 200 || strings.Contains(string(body), "id: 2\n") || !strings.HasPrefix(string(body), "id: 3\nevent: state\n") {
+		if resp.StatusCode != 200 || strings.Contains(string(body), "id: 2\n") || !strings.HasPrefix(string(body), "id: 3\nevent: stdout\n") ||
+			!strings.Contains(string(body), "id: 5\nevent: state\n") {
 			t.Fatalf("resumed stream %d:\n%s", resp.StatusCode, body)
 		}
 	})

@@ -26,7 +26,7 @@ const (
 
 // statusOf is the one place where an error class becomes an HTTP status.
 //
-// floor-unmet and policy-unenforceable are 409: the request is well formed,
+// floor-unmet, residency-unmet and policy-unenforceable are 409: the request is well formed,
 // but this node's current state (which backends are available and
 // certified) cannot satisfy it; certifying a backend may change the answer.
 // backend-failure is 503: the node could not serve it now, the caller may
@@ -43,7 +43,7 @@ func statusOf(c sandbox.Class) int {
 		return http.StatusForbidden
 	case NotFound:
 		return http.StatusNotFound
-	case sandbox.FloorUnmet, sandbox.Unenforceable, Conflict:
+	case sandbox.FloorUnmet, sandbox.Unenforceable, sandbox.ResidencyUnmet, Conflict:
 		return http.StatusConflict
 	case TooLarge:
 		return http.StatusRequestEntityTooLarge

@@ -8,76 +8,141 @@ import (
 	"time"
 
 	"github.com/wovyr/wovyr/client"
+	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/store"
 )
 
-// chunk is the size of one output event.
-const chunk = 16 << 10
+// keepaliveEvery is how often an idle event stream sends a comment line.
+const keepaliveEvery = 15 * time.Second
 
-// handleEvents is GET /v1/invocations/{id}/events: server-sent events of
-// every state change, then the output in chunks, then the final record,
-// then the stream ends.
+// eventStream writes server-sent events: each event's "id:" is its
+// sequence number, and events up to the request's Last-Event-ID are
+// skipped, so a resumed stream continues where the last one stopped.
 //
-// The events are derived from the durable record alone, so a stream opened
-// late, after a restart, or resumed with Last-Event-ID sees the same
-// sequence with the same ids. Backends deliver output when the workload
-// ends (Sandbox.Run returns it whole), so output events follow the last
-// state change.
-func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, t *tenant) {
-	id := r.PathValue("id")
-	if _, err := s.owned(id, t); err != nil {
-		s.writeError(w, err)
-		return
-	}
+// # Why whole timelines
+//
+// A stream's events are a pure function of what is known of the run: its
+// durable record, and while it runs, its live chunks (stream.Log). Each
+// wake-up rebuilds the timeline and sends the events past the last one
+// sent. The live chunks are a prefix of those the record marks once the
+// run has ended (sandbox.OutputMarks), so the sequence number of an event
+// means the same event whether it was read live, late, after a restart or
+// resumed.
+type eventStream struct {
+	w    http.ResponseWriter
+	fl   http.Flusher
+	last int // Last-Event-ID
+	sent int // events of the timeline already sent (or skipped)
+}
+
+// startEvents answers r with an event stream, or writes why it cannot.
+func (s *Server) startEvents(w http.ResponseWriter, r *http.Request) (*eventStream, bool) {
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		s.writeError(w, fmt.Errorf("streaming unsupported"))
-		return
+		return nil, false
 	}
-	last, _ := strconv.Atoi(r.Header.Get("Last-Event-ID"))
+	last := 0
+	if h := r.Header.Get("Last-Event-ID"); h != "" {
+		n, err := strconv.Atoi(h)
+		if err != nil || n < 0 {
+			s.writeError(w, sandbox.Errorf(sandbox.BadInput, "Last-Event-ID", "must be an event's sequence number"))
+			return nil, false
+		}
+		last = n
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	fl.Flush()
+	return &eventStream{w: w, fl: fl, last: last}, true
+}
 
-	seq, sent := 0, 0
-	emit := func(ev client.Event) {
-		seq++
-		ev.Seq = seq
-		if seq <= last {
-			return
+// send writes the events of timeline past those sent, numbered by their
+// place in it (from 1), and flushes.
+func (e *eventStream) send(timeline []client.Event) {
+	for ; e.sent < len(timeline); e.sent++ {
+		seq := e.sent + 1
+		if seq <= e.last {
+			continue
 		}
+		ev := timeline[e.sent]
+		ev.Seq = seq
 		b, _ := json.Marshal(ev)
-		fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", seq, ev.Type, b)
+		fmt.Fprintf(e.w, "id: %d\nevent: %s\ndata: %s\n\n", seq, ev.Type, b)
 	}
-	keepalive := time.NewTicker(15 * time.Second)
+	e.fl.Flush()
+}
+
+func (e *eventStream) keepalive() {
+	fmt.Fprint(e.w, ": keepalive\n\n")
+	e.fl.Flush()
+}
+
+// chunkEvents appends chunks as stdout and stderr events.
+func chunkEvents(out []client.Event, chunks []sandbox.Chunk) []client.Event {
+	for _, c := range chunks {
+		out = append(out, client.Event{Type: string(c.Stream), Data: c.Data})
+	}
+	return out
+}
+
+// invocationTimeline is an invocation's events: its state changes up to
+// running, the output chunks (live while it runs, the record's once it
+// has ended), its terminal state, then the final record. Chunks wait for
+// the running state to be recorded, which precedes them.
+func invocationTimeline(rec store.Invocation, live []sandbox.Chunk) []client.Event {
+	var out []client.Event
+	for _, tr := range rec.Transitions {
+		if tr.State.Terminal() {
+			break
+		}
+		out = append(out, client.Event{Type: client.EventState, State: string(tr.State), At: tr.At})
+	}
+	if !rec.State.Terminal() {
+		if rec.State == store.Running {
+			out = chunkEvents(out, live)
+		}
+		return out
+	}
+	out = chunkEvents(out, sandbox.Replay(rec.Chunks, rec.Result))
+	for _, tr := range rec.Transitions {
+		if tr.State.Terminal() {
+			out = append(out, client.Event{Type: client.EventState, State: string(tr.State), At: tr.At})
+		}
+	}
+	inv := wire(rec)
+	return append(out, client.Event{Type: client.EventResult, State: string(rec.State), At: rec.Finished(), Invocation: &inv})
+}
+
+// follow answers r with the event stream of one run, once found (an error
+// is written as the request's answer instead): next gives the run's whole
+// timeline as known now, whether it is complete, and up to two channels
+// closed at its next change (nil: none). A comment line is sent every
+// keepaliveEvery while nothing changes.
+func (s *Server) follow(w http.ResponseWriter, r *http.Request, found error, next func() (timeline []client.Event, done bool, a, b <-chan struct{})) {
+	if found != nil {
+		s.writeError(w, found)
+		return
+	}
+	es, ok := s.startEvents(w, r)
+	if !ok {
+		return
+	}
+	keepalive := time.NewTicker(keepaliveEvery)
 	defer keepalive.Stop()
 	for {
-		ch := s.note.wait(id)
-		rec, err := s.store.Get(id)
-		if err != nil { // purged meanwhile
+		timeline, done, a, b := next()
+		es.send(timeline)
+		if done {
 			return
 		}
-		for ; sent < len(rec.Transitions); sent++ {
-			tr := rec.Transitions[sent]
-			emit(client.Event{Type: client.EventState, State: string(tr.State), At: tr.At})
-		}
-		if rec.State.Terminal() {
-			s.note.notify(id)
-			if res := rec.Result; res != nil {
-				emitChunks(emit, client.EventStdout, res.Stdout)
-				emitChunks(emit, client.EventStderr, res.Stderr)
-			}
-			inv := wire(rec)
-			emit(client.Event{Type: client.EventResult, State: string(rec.State), At: rec.Finished(), Invocation: &inv})
-			fl.Flush()
-			return
-		}
-		fl.Flush()
 		select {
-		case <-ch:
+		case <-a:
+		case <-b:
 		case <-keepalive.C:
-			fmt.Fprint(w, ": keepalive\n\n")
+			es.keepalive()
 		case <-r.Context().Done():
 			return
 		case <-s.base.Done():
@@ -86,10 +151,29 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, t *tenant)
 	}
 }
 
-func emitChunks(emit func(client.Event), typ string, data []byte) {
-	for len(data) > 0 {
-		n := min(len(data), chunk)
-		emit(client.Event{Type: typ, Data: data[:n]})
-		data = data[n:]
-	}
+// handleEvents is GET /v1/invocations/{id}/events: server-sent events of
+// every state change, the output as it is produced, then the final record,
+// then the stream ends (invocationTimeline).
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, t *tenant) {
+	id := r.PathValue("id")
+	_, err := s.owned(id, t)
+	s.follow(w, r, err, func() ([]client.Event, bool, <-chan struct{}, <-chan struct{}) {
+		ch := s.note.wait(id)
+		var live []sandbox.Chunk
+		var wake <-chan struct{}
+		s.mu.Lock()
+		j := s.jobs[id]
+		s.mu.Unlock()
+		if j != nil {
+			live, _, wake = j.out.Read(0)
+		}
+		rec, err := s.store.Get(id)
+		if err != nil { // purged meanwhile
+			return nil, true, nil, nil
+		}
+		if rec.State.Terminal() {
+			s.note.notify(id) // nothing else will close ch
+		}
+		return invocationTimeline(rec, live), rec.State.Terminal(), ch, wake
+	})
 }

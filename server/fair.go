@@ -208,3 +208,10 @@ func (c *tenantCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.wt, prometheus.CounterValue, s.WaitTotal.Seconds(), s.Tenant)
 	}
 }
+
+// Capacity is the node's capacity as the scheduler holds it.
+func (f *Fair) Capacity() resource.Vector {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.s.Capacity()
+}

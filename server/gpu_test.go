@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"github.com/wovyr/wovyr/client"
 	"github.com/wovyr/wovyr/config"
 	"github.com/wovyr/wovyr/gpu"
+	"github.com/wovyr/wovyr/internal/ordertest"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/server"
 	"github.com/wovyr/wovyr/store"
@@ -130,22 +130,11 @@ func TestGPUFairnessAcrossTenants(t *testing.T) {
 		return config.Tenant{Name: name, Weight: w, TokenSHA256: []string{config.HashToken(name + "-token")}}
 	}
 	h, alloc, fair := gpuHarness(t, gpuConfig(tenant("ta", 2), tenant("tb", 1), tenant("tc", 1), tenant("tz", 1)), 1)
-	dir, err := os.MkdirTemp("", "wovyr-gpu-order-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o777)
-	order, gate := filepath.Join(dir, "order"), filepath.Join(dir, "go")
-	// Every sandbox runs as its own uid: the order file is everyone's.
-	if err := os.WriteFile(order, nil, 0o666); err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(order, 0o666)
+	order := ordertest.New(t)
 	ctx := context.Background()
 
 	// The blocker holds the device until the test opens the gate.
-	blocker := gpuInvocation(sandbox.Trusted, 1, "sh", "-c", fmt.Sprintf(`while [ ! -e %s ]; do sleep 0.01; done`, gate))
+	blocker := gpuInvocation(sandbox.Trusted, 1, "sh", "-c", order.Blocker())
 	brec, err := h.client("tz-token").Submit(ctx, blocker, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +150,7 @@ func TestGPUFairnessAcrossTenants(t *testing.T) {
 	var ids []string
 	for i := range 4 {
 		for _, tn := range []string{"ta", "tb", "tc"} {
-			inv := gpuInvocation(sandbox.Trusted, 1, "sh", "-c", fmt.Sprintf("echo %s >> %s", tn, order))
+			inv := gpuInvocation(sandbox.Trusted, 1, "sh", "-c", order.Record(tn))
 			rec, err := h.client(tn+"-token").Submit(ctx, inv, 0)
 			if err != nil {
 				t.Fatalf("%s #%d: %v", tn, i, err)
@@ -172,9 +161,7 @@ func TestGPUFairnessAcrossTenants(t *testing.T) {
 	for fair.Queued() < 12 {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := os.WriteFile(gate, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	order.Open(t)
 	var wg sync.WaitGroup
 	for _, id := range append(ids, "tz/"+brec.ID) {
 		wg.Add(1)
@@ -188,13 +175,7 @@ func TestGPUFairnessAcrossTenants(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	got, err := os.ReadFile(order)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s := strings.Join(strings.Fields(string(got)), " "); s != "ta tb tc ta ta tb tc ta tb tc tb tc" {
-		t.Fatalf("GPU start order %q, want weighted round-robin ta tb tc ta ta tb tc ta tb tc tb tc", s)
-	}
+	order.Want(t, "ta tb tc ta ta tb tc ta tb tc tb tc")
 	waitFree(t, alloc, 1)
 	resp, body := h.raw("GET", "/metrics", opsToken, nil, nil)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "wovyr_gpu_queue_wait_seconds_count 13") || strings.Contains(string(body), "wovyr_gpu_in_use{") ||

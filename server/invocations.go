@@ -46,7 +46,25 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, t *tenant)
 		s.writeError(w, err)
 		return
 	}
-	j, err := s.submit(r.Context(), t, inv, received)
+	if s.cluster != nil {
+		// A node cut off from its cluster takes no new work: it could
+		// neither place it by live regions nor let the other nodes
+		// answer for it. What runs goes on.
+		if err := s.cluster.Reachable(); err != nil {
+			s.writeError(w, retryAfter(err, 2*time.Second))
+			return
+		}
+	}
+	region, err := s.place(t, inv)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if region != "" {
+		s.dispatch(w, r, inv, region, wait)
+		return
+	}
+	j, err := s.submit(r.Context(), t, inv, received, true)
 	if err != nil {
 		s.writeError(w, err)
 		return
@@ -78,6 +96,10 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, t *tenant) {
 	}
 	id := r.PathValue("id")
 	if _, err := s.owned(id, t); err != nil {
+		if s.cluster != nil && sandbox.ClassOf(err) == NotFound {
+			s.getRemote(w, r, t, id, wait) // another node's, or nobody's
+			return
+		}
 		s.writeError(w, err)
 		return
 	}
@@ -206,7 +228,8 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any, what 
 // wire converts a store record to its API form.
 func wire(rec store.Invocation) client.Invocation {
 	out := client.Invocation{ID: rec.ID, Tenant: rec.Tenant, SpecDigest: rec.SpecDigest, Backend: rec.Backend,
-		State: string(rec.State), Result: rec.Result, Created: rec.Created, Transitions: []client.Transition{}}
+		State: string(rec.State), Result: rec.Result, Created: rec.Created, Transitions: []client.Transition{},
+		Region: rec.Region, Zone: rec.Zone, Node: rec.Node}
 	for _, t := range rec.Transitions {
 		out.Transitions = append(out.Transitions, client.Transition{State: string(t.State), At: t.At})
 	}

@@ -37,7 +37,7 @@ func (s *Server) acquire(ctx context.Context, b sandbox.Backend, inv *sandbox.In
 // poolFor returns the pool of (b, tmpl), creating it on first use with the
 // manager's factory: the manager stays the only path to Backend.Prepare.
 func (s *Server) poolFor(b sandbox.Backend, tmpl sandbox.Template) (*pool.Pool, error) {
-	key := pool.KeyFor(b.Name(), tmpl)
+	key := s.keyFor(b, tmpl)
 	if p, ok := s.pools.Get(key); ok {
 		return p, nil
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/store"
+	"github.com/wovyr/wovyr/stream"
 )
 
 // Why an invocation's context ends early.
@@ -30,12 +31,15 @@ type job struct {
 	cancel   context.CancelCauseFunc
 	started  atomic.Bool // admitted and marked running
 	done     chan struct{}
+	out      *stream.Log // its output while it runs (the events' live chunks)
 }
 
 // submit is the admission half of the pipeline: select (floor-unmet is a
 // 409 before anything is recorded), admit, record as queued, and start the
 // invocation's goroutine. inv is validated and carries its tenant and id.
-func (s *Server) submit(ctx context.Context, t *tenant, inv *sandbox.Invocation, received time.Time) (*job, error) {
+// place says to tell the cluster (if any) that this node holds the record;
+// a dispatched invocation's executing node claimed it already.
+func (s *Server) submit(ctx context.Context, t *tenant, inv *sandbox.Invocation, received time.Time, place bool) (*job, error) {
 	if s.closing.Load() {
 		return nil, sandbox.Errorf(Unavailable, "", "the daemon is shutting down")
 	}
@@ -50,12 +54,22 @@ func (s *Server) submit(ctx context.Context, t *tenant, inv *sandbox.Invocation,
 	if err := s.adm.Admit(tk); err != nil {
 		return nil, err
 	}
-	j := &job{inv: inv, backend: b, ticket: tk, received: received, accepted: time.Now(), done: make(chan struct{})}
-	if err := s.store.Begin(inv, store.Queued, j.accepted); err != nil {
+	j := &job{inv: inv, backend: b, ticket: tk, received: received, accepted: time.Now(), done: make(chan struct{}), out: stream.New()}
+	if err := s.store.BeginAt(inv, store.Queued, j.accepted, s.where); err != nil {
 		s.adm.Done(tk)
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "record invocation")
 	}
 	j.record = time.Since(j.accepted)
+	if place && s.shared() {
+		// Before the answer, so that the caller's next GET on any node
+		// finds it, and before it runs, so that its end is recorded after
+		// it. A NATS failure does not fail the invocation: this node
+		// answers for it still.
+		rec := store.Invocation{ID: inv.ID, Tenant: inv.Tenant, SpecDigest: store.Digest(inv), Created: j.accepted}
+		if err := s.cluster.Placed(ctx, rec); err != nil {
+			s.log.Warn("cluster placement", "id", inv.ID, "error", err)
+		}
+	}
 	j.ctx, j.cancel = context.WithCancelCause(s.base)
 	s.mu.Lock()
 	s.jobs[inv.ID] = j
@@ -111,7 +125,7 @@ func (s *Server) execute(j *job) {
 			s.log.Error("release sandbox", "id", inv.ID, "backend", b.Name(), "error", rerr)
 		}
 	}()
-	res, err := lease.Run(j.ctx, inv)
+	res, err := lease.Run(sandbox.WithOutput(j.ctx, j.out.Add), inv)
 	if err != nil {
 		s.finish(j, store.Failed, nil, err, admitted)
 		return
@@ -134,8 +148,12 @@ func (s *Server) finish(j *job, st store.State, res *sandbox.Result, runErr erro
 			res.Backend = b
 		}
 	}
+	marks, ok := sandbox.OutputMarks(j.out.Chunks(), res)
+	if !ok && st == store.Done { // a failed run's result holds no output
+		s.log.Warn("invocation output streamed unlike its result", "id", inv.ID, "backend", b)
+	}
 	now := time.Now()
-	if err := s.store.Transition(inv.ID, st, res, now); err != nil {
+	if err := s.store.Finish(inv.ID, st, res, marks, now); err != nil {
 		// The record stays non-terminal and start-up will mark it lost:
 		// still never silent.
 		s.log.Error("record result", "id", inv.ID, "tenant", inv.Tenant, "error", err)
@@ -143,6 +161,18 @@ func (s *Server) finish(j *job, st store.State, res *sandbox.Result, runErr erro
 	commit := time.Since(now)
 	s.met.phase(b, "commit", commit)
 	j.recorded.Store(time.Now().UnixNano())
+	if s.shared() {
+		// Off the caller's latency; a crash before it is taken, by the
+		// other nodes, for a crash mid-run (lost): never for a success.
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.cluster.Ended(s.base, inv.ID, st); err != nil {
+				s.log.Warn("cluster: record the end", "id", inv.ID, "error", err)
+			}
+		}()
+	}
+	j.out.End()
 	s.note.notify(inv.ID)
 	class := string(res.Class)
 	if class == "" {
@@ -162,11 +192,18 @@ func (s *Server) finish(j *job, st store.State, res *sandbox.Result, runErr erro
 	if runErr != nil {
 		attrs = append(attrs, "error", runErr.Error())
 	}
+	sum := runSummary{ID: inv.ID, Tenant: inv.Tenant, Backend: b, State: string(st), Class: string(res.Class),
+		ExitCode: res.ExitCode, Accepted: j.accepted, Total: total, admitted: !admitted.IsZero()}
+	if sum.admitted {
+		sum.Queue = admitted.Sub(j.accepted)
+	}
 	if t := res.Timings; !t.Acquired.IsZero() && !t.Started.IsZero() && !t.Finished.IsZero() {
 		run := t.Finished.Sub(t.Started)
 		s.met.phase(b, "run", run)
 		attrs = append(attrs, "prepare_ms", ms(t.Acquired.Sub(admitted)), "run_ms", ms(run))
+		sum.Prepare, sum.Run = t.Acquired.Sub(admitted), run
 	}
+	s.recent.add(sum)
 	s.log.Info("invocation", attrs...)
 }
 

@@ -35,7 +35,10 @@ import (
 	"github.com/wovyr/wovyr/cert"
 	"github.com/wovyr/wovyr/config"
 	"github.com/wovyr/wovyr/manager"
+	"github.com/wovyr/wovyr/mcp"
+	"github.com/wovyr/wovyr/plugin"
 	"github.com/wovyr/wovyr/pool"
+	"github.com/wovyr/wovyr/residency"
 	"github.com/wovyr/wovyr/session"
 	"github.com/wovyr/wovyr/store"
 )
@@ -64,6 +67,18 @@ type Options struct {
 	Certify func(ctx context.Context, backend string) (cert.Record, error)
 	// Logger receives JSON-able structured logs. Nil means slog.Default().
 	Logger *slog.Logger
+	// Version is the daemon's version, as /mcp reports it. Zero means "dev".
+	Version string
+	// Cluster is the node's cluster (package cluster). Nil means a node
+	// alone: invocations are placed only on it, and residency that allows
+	// only other regions is refused.
+	Cluster Cluster
+	// Plugins hosts component plugins (/v1/plugins). Nil means the daemon
+	// hosts none (503). The caller closes it after Run returns.
+	Plugins *plugin.Host
+	// SessionDir keeps the workspaces of paused sessions (package
+	// session). Empty means sessions never pause: an idle one ends.
+	SessionDir string
 }
 
 // Server is the daemon. Create it with New and start it with Run.
@@ -80,6 +95,13 @@ type Server struct {
 	tenants  []*tenant
 	note     notifier
 	sessions *session.Manager
+	tools    *mcp.Tools
+	recent   recentRuns // the dashboard's last finished invocations
+	started  time.Time
+	res      *residency.Policy // compiled once, here, from the config
+	where    store.Where       // this node's region, zone and name
+	cluster  Cluster
+	plugins  *plugin.Host
 
 	// base bounds every invocation; it is cancelled only after shutdown
 	// has killed and recorded them.
@@ -100,11 +122,15 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	res, err := newResidency(cfg)
+	if err != nil {
+		return nil, err
+	}
 	if opts.Manager == nil || opts.Store == nil {
 		return nil, errors.New("server: a manager and a store are required")
 	}
 	s := &Server{cfg: cfg, mgr: opts.Manager, store: opts.Store, adm: opts.Admission, certify: opts.Certify,
-		log: opts.Logger, jobs: map[string]*job{}}
+		log: opts.Logger, jobs: map[string]*job{}, started: time.Now(), res: res, plugins: opts.Plugins}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -114,6 +140,7 @@ func New(opts Options) (*Server, error) {
 	for _, t := range cfg.Tenants {
 		s.tenants = append(s.tenants, &tenant{cfg: t, rate: newBucket(t.Rate, t.Burst)})
 	}
+	s.where, s.cluster = store.Where{Region: cfg.Region, Zone: cfg.Zone, Node: cfg.Node}, opts.Cluster
 	s.recs = append(s.recs, opts.Reconcilers...)
 	for _, b := range s.mgr.Backends() {
 		switch r := b.(type) {
@@ -131,7 +158,10 @@ func New(opts Options) (*Server, error) {
 	if s.pools, err = newPools(cfg, s); err != nil {
 		return nil, err
 	}
-	if s.sessions, err = newSessions(s, s.log); err != nil {
+	if s.sessions, err = newSessions(s, opts.SessionDir, s.log); err != nil {
+		return nil, err
+	}
+	if s.tools, err = mcp.New(mcp.Options{MCP: cfg.MCP, Version: opts.Version, Logger: s.log}); err != nil {
 		return nil, err
 	}
 	s.met = newMetrics(s.adm.Queued)
@@ -162,6 +192,7 @@ func (s *Server) Recover(ctx context.Context) error {
 		s.log.Error("recover sessions", "error", err)
 		errs = append(errs, fmt.Errorf("sessions: %w", err))
 	}
+	s.restorePlugins()
 	for _, r := range s.recs {
 		if err := r.Fn(ctx); err != nil {
 			s.log.Error("reconcile", "reconciler", r.Name, "error", err)
@@ -203,6 +234,17 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	// still warming meanwhile.
 	s.awaitWarm(ctx, s.warm)
 	s.ready.Store(true)
+	clusterCtx, stopCluster := context.WithCancel(ctx)
+	clusterDone := make(chan struct{})
+	go func() {
+		defer close(clusterDone)
+		if s.cluster == nil {
+			return
+		}
+		if err := s.cluster.Serve(clusterCtx, s); err != nil {
+			s.log.Error("cluster", "error", err)
+		}
+	}()
 	s.log.Info("serving", "addr", ln.Addr().String(), "tenants", len(s.tenants), "concurrency", s.cfg.Concurrency)
 
 	var err error
@@ -210,6 +252,10 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	case err = <-serveErr:
 	}
+	// Out of the cluster first: no more dispatched work comes in while
+	// what runs finishes.
+	stopCluster()
+	<-clusterDone
 	s.shutdown(hs)
 	<-purgeDone
 	<-poolsDone
@@ -275,6 +321,9 @@ func (s *Server) purge() {
 	} else if n > 0 {
 		s.log.Info("purged", "records", n, "retention", s.cfg.Retention.D())
 	}
+	if _, err := s.store.PurgeExecs(time.Now().Add(-s.cfg.Retention.D())); err != nil {
+		s.log.Error("purge execs", "error", err)
+	}
 	if n, err := s.store.PurgeSessions(time.Now().Add(-s.cfg.Retention.D())); err != nil {
 		s.log.Error("purge sessions", "error", err)
 	} else if n > 0 {
@@ -283,7 +332,8 @@ func (s *Server) purge() {
 }
 
 // Handler is the API's routing; every route but /healthz and /readyz
-// requires a bearer token.
+// requires a bearer token. /mcp serves the MCP tools over this same
+// routing (mcp.go).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	route := func(pattern string, h http.HandlerFunc) {
@@ -297,12 +347,26 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/sessions", s.authed(false, s.handleSessionList))
 	route("GET /v1/sessions/{id}", s.authed(false, s.handleSessionGet))
 	route("DELETE /v1/sessions/{id}", s.authed(false, s.handleSessionDelete))
+	route("POST /v1/sessions/{id}/pause", s.authed(false, s.handleSessionPause))
+	route("POST /v1/sessions/{id}/resume", s.authed(false, s.handleSessionResume))
 	route("POST /v1/sessions/{id}/exec", s.authed(false, s.handleExec))
+	route("GET /v1/sessions/{id}/exec/{eid}", s.authed(false, s.handleExecGet))
+	route("GET /v1/sessions/{id}/exec/{eid}/events", s.authed(false, s.handleExecEvents))
+	route("GET /v1/sessions/{id}/processes", s.authed(false, s.handleProcessList))
+	route("GET /v1/sessions/{id}/processes/{eid}", s.authed(false, s.handleProcessGet))
+	route("DELETE /v1/sessions/{id}/processes/{eid}", s.authed(false, s.handleProcessKill))
 	route("GET /v1/sessions/{id}/files", s.authed(false, s.handleFileList))
 	route("GET /v1/sessions/{id}/files/stat", s.authed(false, s.handleFileStat))
 	route("GET /v1/sessions/{id}/files/content", s.authed(false, s.handleDownload))
 	route("PUT /v1/sessions/{id}/files/content", s.authed(false, s.handleUpload))
 	route("DELETE /v1/sessions/{id}/files/content", s.authed(false, s.handleFileRemove))
+	route("GET /v1/sessions/{id}/files/archive", s.authed(false, s.handleArchiveGet))
+	route("PUT /v1/sessions/{id}/files/archive", s.authed(false, s.handleArchivePut))
+	route("POST /v1/plugins", s.authed(true, s.handlePluginInstall))
+	route("GET /v1/plugins", s.authed(false, s.handlePluginList))
+	route("GET /v1/plugins/{name}", s.authed(false, s.handlePluginGet))
+	route("DELETE /v1/plugins/{name}", s.authed(true, s.handlePluginRemove))
+	route("POST /v1/plugins/{name}/call", s.authed(false, s.handlePluginCall))
 	route("GET /v1/backends", s.authed(false, s.handleBackends))
 	route("POST /v1/backends/{name}/certify", s.authed(true, s.handleCertify))
 	route("GET /metrics", s.authed(true, func(w http.ResponseWriter, r *http.Request, _ *tenant) {
@@ -312,6 +376,10 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/yaml")
 		w.Write(OpenAPI)
 	}))
+	route("/mcp", s.authed(false, s.mcpRoute(mux)))
+	route("GET /ui/state", s.authed(true, s.handleUIState))
+	mux.Handle("GET /ui/", s.uiHandler())
+	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	route("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

@@ -207,6 +207,8 @@ func agentScenario(t *testing.T, h *harness, img string, trust sandbox.TrustClas
 		t.Fatalf("workspace after the bad requests: %+v", ents)
 	}
 
+	sbID = archiveAndPause(t, h, s.ID, sbID, name, data)
+
 	end, err := alice.DeleteSession(ctx, s.ID)
 	if err != nil || end.State != client.SessionEnded || end.EndReason != "deleted" || !end.LastActive.IsZero() {
 		t.Fatalf("delete: %+v %v", end, err)
@@ -232,6 +234,10 @@ func sessionRoutes() []route {
 		{http.MethodGet, "/v1/sessions/ID/files/content?path=out.txt", ""},
 		{http.MethodPut, "/v1/sessions/ID/files/content?path=x", "data"},
 		{http.MethodDelete, "/v1/sessions/ID/files/content?path=out.txt", ""},
+		{http.MethodGet, "/v1/sessions/ID/files/archive", ""},
+		{http.MethodPut, "/v1/sessions/ID/files/archive?path=x", ""},
+		{http.MethodPost, "/v1/sessions/ID/pause", ""},
+		{http.MethodPost, "/v1/sessions/ID/resume", ""},
 	}
 }
 
@@ -329,9 +335,10 @@ func TestSessionQuotaAndRestart(t *testing.T) {
 	}
 }
 
-// TestSessionIdleTimeoutEndsIt: the daemon ends a session nobody touched
-// for its idle timeout, and its sandbox leaves nothing on the host.
-func TestSessionIdleTimeoutEndsIt(t *testing.T) {
+// TestSessionIdleTimeoutPausesIt: the daemon pauses a session nobody
+// touched for its idle timeout — its sandbox leaves nothing on the host —
+// and the next request resumes it with its files.
+func TestSessionIdleTimeoutPausesIt(t *testing.T) {
 	var img string
 	h := newHarnessWith(t, testConfig(), "", containerSessions(t, &img))
 	ctx := context.Background()
@@ -344,16 +351,29 @@ func TestSessionIdleTimeoutEndsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	sbID := sessionSandbox(t, h.dir, "marker")
-	// Not a timing assertion: the end is awaited, bounded so that a daemon
-	// that never expires sessions fails instead of hanging.
+	// Not a timing assertion: the pause is awaited, bounded so that a
+	// daemon that never expires sessions fails instead of hanging.
 	var got *client.Session
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if got, err = alice.Session(ctx, s.ID); err != nil || got.State != client.SessionRunning {
 			break
 		}
 	}
-	if err != nil || got.State != client.SessionEnded || got.EndReason != "idle-timeout" {
+	if err != nil || got.State != client.SessionPaused || got.Resume != "restart" || got.PausedBytes == 0 {
 		t.Fatalf("after its idle timeout: %+v %v", got, err)
 	}
+	if tr := got.Transitions[len(got.Transitions)-1]; tr.State != client.SessionPaused || tr.Reason != "idle-timeout" {
+		t.Fatalf("last transition %+v", tr)
+	}
 	assertSandboxGone(t, h.dir, sbID)
+	res, err := alice.Exec(ctx, s.ID, &sandbox.Exec{Argv: []string{"cat", "marker"}})
+	if err != nil || string(res.Stdout) != "m" {
+		t.Fatalf("exec after the idle pause: %+v %v", res, err)
+	}
+	if got, _ := alice.Session(ctx, s.ID); got.State != client.SessionRunning || got.PausedBytes != 0 {
+		t.Fatalf("resumed: %+v", got)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(h.dir, "sessions")); len(ents) != 0 {
+		t.Fatalf("a resumed session's workspace is left: %v", ents)
+	}
 }

@@ -38,7 +38,7 @@ func (s *Server) prewarm(sts []manager.Status) []warmTarget {
 			continue
 		}
 		tmpl := sandbox.Template{Kind: st.Kinds[0]}
-		size, ok := s.pools.SizeOf(pool.KeyFor(b.Name(), tmpl))
+		size, ok := s.pools.SizeOf(s.keyFor(b, tmpl))
 		if !ok || size.Autoscale.Min < 1 {
 			continue
 		}

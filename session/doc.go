@@ -14,8 +14,8 @@
 //
 // # Lifecycle
 //
-// creating → running → ended, with interrupted reachable from both live
-// states (the table is in state.go). ended carries why: deleted,
+// creating → running ⇄ paused → ended, with interrupted reachable from
+// creating and running (the table is in state.go). ended carries why: deleted,
 // idle-timeout, max-lifetime, create-failed or backend-failure. A session
 // the daemon stops under (shutdown, or a crash that Recover finds at the
 // next start-up) is interrupted, never silently dropped.
@@ -24,7 +24,16 @@
 // NotFound byte for byte as a missing one); run two operations of one
 // session at once (they are serialised); keep a sandbox whose exec left it
 // unreachable (the session ends, backend-failure); move a session to
-// another backend. Pause and resume (snapshots of the tenant-bound state),
-// live output and background processes are later work: an idle session
-// ends at its idle timeout instead of pausing.
+// another backend. An idle session pauses: its workspace kept on disk,
+// its sandbox given back, and the next request resumes it into a fresh
+// sandbox of the same backend (pause.go; resume: restart — processes do
+// not survive). Background execs are background.go's.
+//
+// # Execs and their output
+//
+// Each exec runs on its own goroutine in its session's turn (Start answers
+// once it has the turn, Exec when it ends), its output live in a
+// stream.Log that Watch hands to readers, its end recorded in the store
+// with the marks of its live chunks, so that a reader after the end
+// replays the same chunks (exec.go).
 package session

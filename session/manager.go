@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -44,6 +46,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock of activity and transitions. Nil means time.Now.
 	Now func() time.Time
+	// Dir keeps the workspaces of paused sessions (pause.go); it is made
+	// 0700 if missing. With Reacquire it makes an idle session pause
+	// instead of ending; without either, sessions never pause.
+	Dir string
+	// Reacquire leases the new sandbox of a resuming session of tenant on
+	// backend, the one it was created on, to be claimed for c: the daemon
+	// refuses (typed) while the backend may not hold the session, then
+	// admits and leases as for Create.
+	Reacquire func(ctx context.Context, tenant, backend string, c *sandbox.Claim) (Held, error)
 }
 
 // Manager keeps this daemon's sessions. It is safe for concurrent use.
@@ -52,6 +63,9 @@ type Manager struct {
 	admit func(string, int) error
 	log   *slog.Logger
 	now   func() time.Time
+	dir   string
+	// reacquire: Config.Reacquire.
+	reacquire func(context.Context, string, string, *sandbox.Claim) (Held, error)
 
 	mu     sync.Mutex
 	live   map[string]*live // creating and running sessions
@@ -83,7 +97,9 @@ type live struct {
 	lastActive time.Time
 	busy       bool
 	execs      int
-	cancel     context.CancelFunc // of the operation in flight
+	cancel     context.CancelFunc    // of the operation in flight
+	runs       map[string]*run       // execs whose end is not yet durable
+	bg         map[string]store.Exec // background execs recorded as running (background.go)
 }
 
 // New returns a manager with no session.
@@ -91,7 +107,13 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("session: a store is required")
 	}
-	m := &Manager{st: cfg.Store, admit: cfg.Admit, log: cfg.Logger, now: cfg.Now, live: map[string]*live{}}
+	m := &Manager{st: cfg.Store, admit: cfg.Admit, log: cfg.Logger, now: cfg.Now, dir: cfg.Dir, reacquire: cfg.Reacquire,
+		live: map[string]*live{}}
+	if m.dir != "" {
+		if err := os.MkdirAll(m.dir, 0o700); err != nil {
+			return nil, fmt.Errorf("session: %w", err)
+		}
+	}
 	if m.log == nil {
 		m.log = slog.Default()
 	}
@@ -120,7 +142,7 @@ func (m *Manager) Create(ctx context.Context, tenant, backend string, sp Spec, a
 	rec := store.Session{ID: id, Tenant: tenant, Backend: backend, State: store.SessionCreating, Claim: *c,
 		IdleTimeout: sp.IdleTimeout, MaxLifetime: sp.MaxLifetime, Created: now,
 		Transitions: []store.SessionTransition{{State: store.SessionCreating, At: now}}}
-	l := &live{id: id, tenant: tenant, backend: backend, spec: sp, rec: rec, lastActive: now}
+	l := &live{id: id, tenant: tenant, backend: backend, spec: sp, rec: rec, lastActive: now, runs: map[string]*run{}}
 	l.op.Lock()
 	defer l.op.Unlock()
 	if err := m.add(l); err != nil {
@@ -191,12 +213,21 @@ func (m *Manager) open(ctx context.Context, l *live, c *sandbox.Claim, acquire A
 
 // record moves l's record to state to, durably, then in memory.
 func (m *Manager) record(l *live, to store.SessionState, reason string, now time.Time) error {
+	return m.recordWith(l, to, reason, now, nil)
+}
+
+// recordWith is record with fn's changes to the record made in the same
+// write (fn may be nil).
+func (m *Manager) recordWith(l *live, to store.SessionState, reason string, now time.Time, fn func(*store.Session)) error {
 	l.mu.Lock()
 	next := l.rec
 	next.Transitions = slices.Clone(l.rec.Transitions)
 	l.mu.Unlock()
 	if err := transition(&next, to, reason, now); err != nil {
 		return err
+	}
+	if fn != nil {
+		fn(&next)
 	}
 	if err := m.st.UpdateSession(l.id, func(r *store.Session) error { *r = next; return nil }); err != nil {
 		return err
@@ -220,8 +251,16 @@ func (m *Manager) end(l *live, state store.SessionState, reason string, now time
 			m.log.Error("session sandbox release", "id", l.id, "tenant", l.tenant, "error", err)
 		}
 	}
-	if err := m.record(l, state, reason, now); err != nil {
+	m.endBackground(l, "its session ended")
+	err := m.recordWith(l, state, reason, now, func(r *store.Session) { r.PausedBytes = 0 })
+	if err != nil {
 		m.log.Error("record session end", "id", l.id, "tenant", l.tenant, "state", state, "reason", reason, "error", err)
+	}
+	if m.dir != "" {
+		// A paused session's kept workspace; its absence is the rule.
+		if err := os.Remove(m.archivePath(l.id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			m.log.Error("remove a session's kept workspace", "id", l.id, "error", err)
+		}
 	}
 	m.remove(l)
 	l.mu.Lock()
@@ -316,6 +355,12 @@ func (m *Manager) use(ctx context.Context, tenant, id string) (*live, context.Co
 		return nil, nil, ended(rec)
 	}
 	l.op.Lock()
+	if !l.ended && l.isPaused() {
+		if err := m.resume(ctx, l, ReasonResumed); err != nil {
+			l.op.Unlock()
+			return nil, nil, err
+		}
+	}
 	if l.ended || l.sb == nil {
 		v := l.view()
 		l.op.Unlock()
@@ -341,23 +386,6 @@ func (m *Manager) done(l *live, err error) {
 		m.end(l, store.SessionEnded, ReasonBackendFailure, m.now())
 	}
 	l.op.Unlock()
-}
-
-// Exec runs e in tenant's session id. An ended session is a Conflict; a
-// bad exec BadInput, and the session goes on.
-func (m *Manager) Exec(ctx context.Context, tenant, id string, e *sandbox.Exec) (*sandbox.Result, error) {
-	l, ctx, err := m.use(ctx, tenant, id)
-	if err != nil {
-		return nil, err
-	}
-	res, err := l.sb.Exec(ctx, e)
-	if err == nil {
-		l.mu.Lock()
-		l.execs++
-		l.mu.Unlock()
-	}
-	m.done(l, err)
-	return res, err
 }
 
 // File does op in tenant's session id.
@@ -404,11 +432,13 @@ func (l *live) interrupt() {
 	}
 }
 
-// Expire ends, as of now, every session idle for its idle timeout or past
-// its lifetime, and returns their ids. A session busy with an operation is
-// not idle; one past its lifetime has that operation cancelled and ends
-// at the next call. The daemon calls it on a timer; tests with their own
-// clock.
+// Expire ends, as of now, every session past its lifetime (paused ones
+// too) and pauses every running one idle for its idle timeout — or ends
+// it, where the manager does not pause — and returns their ids. A session
+// busy with an operation is not idle; one past its lifetime has that
+// operation cancelled and ends at the next call. A session that cannot
+// pause (its workspace over the bound) runs on, idle again from now. The
+// daemon calls it on a timer; tests with their own clock.
 func (m *Manager) Expire(now time.Time) []string {
 	var out []string
 	for _, l := range m.snapshot() {
@@ -422,16 +452,30 @@ func (m *Manager) Expire(now time.Time) []string {
 			continue
 		}
 		l.mu.Lock()
+		paused := l.rec.State == store.SessionPaused
 		reason := ""
 		switch {
-		case l.ended || l.sb == nil:
+		case l.ended || l.sb == nil && !paused:
 		case now.Sub(l.rec.Created) >= l.spec.MaxLifetime:
 			reason = ReasonLifetime
-		case now.Sub(l.lastActive) >= l.spec.IdleTimeout:
+		case !paused && now.Sub(l.lastActive) >= l.spec.IdleTimeout:
 			reason = ReasonIdle
 		}
 		l.mu.Unlock()
-		if reason != "" {
+		switch {
+		case reason == ReasonIdle && m.canPause():
+			if err := m.pause(context.Background(), l, ReasonIdle); err != nil {
+				m.log.Warn("idle session not paused", "id", l.id, "tenant", l.tenant, "error", err)
+				if sandbox.ClassOf(err) == sandbox.BackendFailure {
+					m.end(l, store.SessionEnded, ReasonBackendFailure, now)
+				} else {
+					l.mu.Lock()
+					l.lastActive = now
+					l.mu.Unlock()
+				}
+			}
+			out = append(out, l.id)
+		case reason != "":
 			m.end(l, store.SessionEnded, reason, now)
 			out = append(out, l.id)
 		}
@@ -455,7 +499,9 @@ func (m *Manager) snapshot() []*live {
 // running has lost its sandbox with the daemon that held it (the backends'
 // reconcilers remove what is left of them), so it is recorded as
 // interrupted (daemon-restart), never silently dropped. It returns their
-// ids; call it before the first Create.
+// ids. A paused session is live again, paused (ended, workspace-lost, if
+// its workspace is gone), and what no paused session owns is removed from
+// Config.Dir. Call it before the first Create.
 func (m *Manager) Recover(now time.Time) ([]string, error) {
 	var recs []store.Session
 	err := m.st.EachSession(func(rec store.Session) error {
@@ -469,7 +515,18 @@ func (m *Manager) Recover(now time.Time) ([]string, error) {
 	}
 	var ids []string
 	var errs []error
+	if _, err := m.st.InterruptExecs(now); err != nil {
+		errs = append(errs, fmt.Errorf("session: recover execs: %w", err))
+	}
+	paused := map[string]bool{}
 	for _, rec := range recs {
+		if rec.State == store.SessionPaused {
+			paused[rec.ID] = true
+			if err := m.recoverPaused(rec, now); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
 		err := m.st.UpdateSession(rec.ID, func(r *store.Session) error {
 			return transition(r, store.SessionInterrupted, ReasonRestart, now)
 		})
@@ -480,12 +537,16 @@ func (m *Manager) Recover(now time.Time) ([]string, error) {
 		ids = append(ids, rec.ID)
 		m.log.Warn("session interrupted", "id", rec.ID, "tenant", rec.Tenant, "backend", rec.Backend, "reason", ReasonRestart)
 	}
+	if m.dir != "" {
+		errs = append(errs, m.reconcileDir(paused))
+	}
 	return ids, errors.Join(errs...)
 }
 
-// Close ends every live session as interrupted (daemon-shutdown): their
+// Close ends every running session as interrupted (daemon-shutdown): their
 // operations are cancelled, their sandboxes destroyed and their records
-// written. Create fails afterwards.
+// written. Paused sessions stay paused, for the next start-up. Create
+// fails afterwards.
 func (m *Manager) Close() {
 	m.mu.Lock()
 	m.closed = true
@@ -493,7 +554,9 @@ func (m *Manager) Close() {
 	for _, l := range m.snapshot() {
 		l.interrupt()
 		l.op.Lock()
-		m.end(l, store.SessionInterrupted, ReasonShutdown, m.now())
+		if !l.isPaused() {
+			m.end(l, store.SessionInterrupted, ReasonShutdown, m.now())
+		}
 		l.op.Unlock()
 	}
 }

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"slices"
@@ -15,12 +16,18 @@ import (
 
 // fakeBox is an in-memory session sandbox: files in a map, execs echo.
 type fakeBox struct {
-	mu        sync.Mutex
-	claim     *sandbox.Claim
-	files     map[string][]byte
-	execs     int
-	fail      error // Exec's error while set
-	destroyed int
+	mu    sync.Mutex
+	claim *sandbox.Claim
+	files map[string][]byte
+	execs int
+	fail  error // Exec's error while set
+	// archiveErr is FileArchive's error while set.
+	archiveErr error
+	destroyed  int
+	// gate, if set, makes an exec of "live" stream "first", wait for it,
+	// then stream "second" (its stdout "firstsecond"), as a backend that
+	// streams does.
+	gate chan struct{}
 }
 
 func (f *fakeBox) Run(context.Context, *sandbox.Invocation) (*sandbox.Result, error) {
@@ -39,13 +46,25 @@ func (f *fakeBox) Open(_ context.Context, c *sandbox.Claim) error {
 	return nil
 }
 
-func (f *fakeBox) Exec(_ context.Context, e *sandbox.Exec) (*sandbox.Result, error) {
+func (f *fakeBox) Exec(ctx context.Context, e *sandbox.Exec) (*sandbox.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail != nil {
 		return nil, f.fail
 	}
 	f.execs++
+	if e.Argv[0] == "live" && f.gate != nil {
+		out := sandbox.OutputOf(ctx)
+		out(sandbox.Chunk{Stream: sandbox.Stdout, Data: []byte("first")})
+		out(sandbox.Chunk{Stream: sandbox.Stderr, Data: []byte("warn")})
+		select {
+		case <-f.gate:
+		case <-ctx.Done():
+			return &sandbox.Result{Stdout: []byte("first"), Stderr: []byte("warn"), Class: sandbox.Killed, ExitCode: 137}, nil
+		}
+		out(sandbox.Chunk{Stream: sandbox.Stdout, Data: []byte("second")})
+		return &sandbox.Result{Stdout: []byte("firstsecond"), Stderr: []byte("warn")}, nil
+	}
 	return &sandbox.Result{Stdout: []byte(e.Argv[0])}, nil
 }
 
@@ -60,6 +79,17 @@ func (f *fakeBox) File(_ context.Context, op *sandbox.FileOp) (*sandbox.FileRepl
 		if b, ok := f.files[op.Path]; ok {
 			return &sandbox.FileReply{Data: b}, nil
 		}
+	case sandbox.FileArchive: // the files as JSON: the tar itself is the agent's (agent/archive.go)
+		if f.archiveErr != nil {
+			return nil, f.archiveErr
+		}
+		b, _ := json.Marshal(f.files)
+		return &sandbox.FileReply{Data: b}, nil
+	case sandbox.FileExtract:
+		if err := json.Unmarshal(op.Data, &f.files); err != nil {
+			return nil, sandbox.Errorf(sandbox.BadInput, "data", "not an archive: %v", err)
+		}
+		return &sandbox.FileReply{}, nil
 	}
 	return nil, sandbox.Errorf(sandbox.NotFound, "path", "no %s", op.Path)
 }

@@ -9,10 +9,12 @@ import (
 )
 
 // legal is the table of transitions: from a state, the states it may move
-// to. Terminal states have none. Pause and resume add rows here.
+// to. Terminal states have none. A paused session survives a restart of
+// the daemon, so it is never interrupted: it resumes or ends.
 var legal = map[store.SessionState][]store.SessionState{
 	store.SessionCreating: {store.SessionRunning, store.SessionEnded, store.SessionInterrupted},
-	store.SessionRunning:  {store.SessionEnded, store.SessionInterrupted},
+	store.SessionRunning:  {store.SessionPaused, store.SessionEnded, store.SessionInterrupted},
+	store.SessionPaused:   {store.SessionRunning, store.SessionEnded},
 }
 
 // TransitionError is an illegal transition: a programmer error in this
@@ -50,4 +52,8 @@ const (
 	ReasonBackendFailure = "backend-failure"
 	ReasonRestart        = "daemon-restart"
 	ReasonShutdown       = "daemon-shutdown"
+	ReasonRequested      = "requested"      // paused or resumed on demand
+	ReasonResumed        = "resumed"        // by the first request after a pause
+	ReasonWorkspaceLost  = "workspace-lost" // a paused session's kept workspace is gone
+	ReasonBackendUnfit   = "backend-unfit"  // its backend may no longer hold it (PauseUnfit)
 )

@@ -11,13 +11,16 @@ import (
 // TestTransitionTable: exactly the table's transitions are legal; an
 // illegal one names both states and changes nothing.
 func TestTransitionTable(t *testing.T) {
-	all := []store.SessionState{store.SessionCreating, store.SessionRunning, store.SessionEnded, store.SessionInterrupted}
+	all := []store.SessionState{store.SessionCreating, store.SessionRunning, store.SessionPaused, store.SessionEnded, store.SessionInterrupted}
 	want := map[[2]store.SessionState]bool{
 		{store.SessionCreating, store.SessionRunning}:     true,
 		{store.SessionCreating, store.SessionEnded}:       true,
 		{store.SessionCreating, store.SessionInterrupted}: true,
 		{store.SessionRunning, store.SessionEnded}:        true,
 		{store.SessionRunning, store.SessionInterrupted}:  true,
+		{store.SessionRunning, store.SessionPaused}:       true,
+		{store.SessionPaused, store.SessionRunning}:       true,
+		{store.SessionPaused, store.SessionEnded}:         true,
 	}
 	now := time.Unix(5, 0)
 	for _, from := range all {

@@ -43,6 +43,13 @@ type Invocation struct {
 	Transitions []Transition    `json:"transitions"`
 	Result      *sandbox.Result `json:"result,omitempty"`
 	Created     time.Time       `json:"created"`
+	// Where it ran: the node that accepted and ran it, and that node's
+	// region and zone (its operator's config). Empty for a node with no
+	// region and for records made before regions.
+	Where
+	// Chunks cut Result's output as the live event stream sent it
+	// (sandbox.OutputMarks), for a replay under the same sequence numbers.
+	Chunks []sandbox.OutputMark `json:"chunks,omitempty"`
 }
 
 // Digest is the sha256 of the invocation's canonical JSON.
@@ -52,12 +59,24 @@ func Digest(inv *sandbox.Invocation) string {
 	return hex.EncodeToString(h[:])
 }
 
+// Where is where an invocation runs.
+type Where struct {
+	Region string `json:"region,omitempty"`
+	Zone   string `json:"zone,omitempty"`
+	Node   string `json:"node,omitempty"`
+}
+
 // Begin records inv as accepted in state st. It fails if the id exists, so
 // an invocation is never recorded twice.
 func (s *Store) Begin(inv *sandbox.Invocation, st State, now time.Time) error {
+	return s.BeginAt(inv, st, now, Where{})
+}
+
+// BeginAt is Begin for an invocation that runs at w.
+func (s *Store) BeginAt(inv *sandbox.Invocation, st State, now time.Time, w Where) error {
 	rec := Invocation{
 		ID: inv.ID, Tenant: inv.Tenant, SpecDigest: Digest(inv), State: st,
-		Transitions: []Transition{{st, now}}, Created: now,
+		Transitions: []Transition{{st, now}}, Created: now, Where: w,
 	}
 	return s.insert(bucketInvocations, "invocation", inv.ID, rec)
 }
@@ -119,7 +138,13 @@ func updateIn[T any](tx *bolt.Tx, bucket []byte, what, id string, state func(*T)
 
 // Transition moves id to st, attaching res (if non-nil).
 func (s *Store) Transition(id string, st State, res *sandbox.Result, now time.Time) error {
+	return s.Finish(id, st, res, nil, now)
+}
+
+// Finish is Transition that also records how the output was streamed.
+func (s *Store) Finish(id string, st State, res *sandbox.Result, chunks []sandbox.OutputMark, now time.Time) error {
 	return s.Update(id, func(rec *Invocation) error {
+		rec.Chunks = chunks
 		rec.State = st
 		rec.Transitions = append(rec.Transitions, Transition{st, now})
 		if res != nil {

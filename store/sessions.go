@@ -17,6 +17,7 @@ type SessionState string
 const (
 	SessionCreating    SessionState = "creating"    // admitted; its sandbox is being claimed
 	SessionRunning     SessionState = "running"     // its sandbox is live and takes execs
+	SessionPaused      SessionState = "paused"      // its sandbox is gone, its workspace kept; the next request resumes it
 	SessionEnded       SessionState = "ended"       // deleted, expired or failed: EndReason says which
 	SessionInterrupted SessionState = "interrupted" // the daemon stopped while it was live
 )
@@ -33,7 +34,7 @@ type SessionTransition struct {
 
 // Session is the durable record of one session. What changes at every
 // exec (its last activity) is not recorded: a restart interrupts every
-// live session anyway, so only its lifecycle needs to survive one.
+// running session anyway, and a paused one resumes from its record alone.
 type Session struct {
 	ID      string        `json:"id"`
 	Tenant  string        `json:"tenant"`
@@ -47,7 +48,18 @@ type Session struct {
 	Created     time.Time           `json:"created"`
 	EndReason   string              `json:"end_reason,omitempty"`
 	Transitions []SessionTransition `json:"transitions"`
+	// Resume says how the session was last paused, and so how it resumes:
+	// ResumeRestart (its workspace kept, a fresh sandbox started over it;
+	// its processes do not survive). Empty until its first pause.
+	Resume string `json:"resume,omitempty"`
+	// PausedBytes is the size of the kept workspace while it is paused.
+	PausedBytes int64 `json:"paused_bytes,omitempty"`
 }
+
+// ResumeRestart is Session.Resume for a session whose backend cannot
+// snapshot a live sandbox: its workspace is kept on disk and a fresh
+// sandbox of the same backend, claimed the same way, resumes it.
+const ResumeRestart = "restart"
 
 // BeginSession records rec, which must be new: an id is never recorded
 // twice.

@@ -28,7 +28,10 @@ var (
 	bucketInvocations = []byte("invocations")
 	bucketProbes      = []byte("probes")
 	bucketSessions    = []byte("sessions")
-	buckets           = [][]byte{bucketCerts, bucketInvocations, bucketProbes, bucketSessions}
+	bucketExecs       = []byte("execs")
+	bucketPlugins     = []byte("plugins")
+	bucketComponents  = []byte("plugin-components")
+	buckets           = [][]byte{bucketCerts, bucketInvocations, bucketProbes, bucketSessions, bucketExecs, bucketPlugins, bucketComponents}
 )
 
 // ErrLocked means another process (a running daemon, most likely) holds

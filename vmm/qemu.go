@@ -76,6 +76,9 @@ func (q *QEMU) Args(s *Spec) []string {
 	if s.RAM != nil {
 		machine += ",memory-backend=ram"
 	}
+	if len(s.VFIO) > 0 {
+		machine += ",pcie=on" // microvm has no PCI bus unless asked
+	}
 	a := []string{
 		"-name", "wovyr-" + s.ID,
 		"-machine", machine,
@@ -137,6 +140,9 @@ func (q *QEMU) Args(s *Spec) []string {
 		a = append(a, "-netdev", "tap,id=net0,fd="+strconv.Itoa(fd),
 			"-device", "virtio-net-device,netdev=net0,mac="+s.NIC.MAC.String())
 		fd++
+	}
+	for _, addr := range s.VFIO {
+		a = append(a, "-device", "vfio-pci,host="+addr)
 	}
 	if s.RAM != nil {
 		share := "off"
@@ -471,7 +477,13 @@ func rlimitArgs(s *Spec) []string {
 			fsize = 1 << 20 // nothing to write; QEMU needs no large files
 		}
 	}
-	return []string{"--nofile=" + strconv.FormatUint(nofile, 10), "--fsize=" + strconv.FormatUint(fsize, 10), "--"}
+	out := []string{"--nofile=" + strconv.FormatUint(nofile, 10), "--fsize=" + strconv.FormatUint(fsize, 10)}
+	if len(s.VFIO) > 0 {
+		// Within the daemon's hard limit (the backend checks it first):
+		// prlimit runs as the VMM's user and cannot raise it.
+		out = append(out, "--memlock="+strconv.FormatUint(MemlockFor(s.memory()), 10))
+	}
+	return append(out, "--")
 }
 
 func closeFiles(files []*os.File) {

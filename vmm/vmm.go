@@ -108,6 +108,12 @@ type Spec struct {
 	// Control gives the VM a QMP channel on a socketpair (Machine.SaveAll)
 	// even without RAM or Incoming, which imply one.
 	Control bool
+	// VFIO are host PCI devices (sysfs addresses, already bound to
+	// vfio-pci, package vfio) passed through to the guest: the machine
+	// gets a PCIe host bridge, each device a vfio-pci function, and the VMM
+	// an RLIMIT_MEMLOCK of the guest's RAM (VFIO pins all of it for DMA).
+	// KVM only. Nil (the default): none.
+	VFIO []string
 }
 
 // control reports whether the VM gets a QMP channel: one whose state can be
@@ -142,6 +148,9 @@ func (s *Spec) Validate() error {
 			return fmt.Errorf("vmm: port %q must match %s", p.Name, portRE())
 		}
 	}
+	if err := s.validateVFIO(); err != nil {
+		return err
+	}
 	if err := s.validateRAM(); err != nil {
 		return err
 	}
@@ -150,6 +159,31 @@ func (s *Spec) Validate() error {
 	}
 	return nil
 }
+
+// vfioAddrRE is a PCI address in sysfs form.
+var vfioAddrRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`) })
+
+func (s *Spec) validateVFIO() error {
+	if len(s.VFIO) == 0 {
+		return nil
+	}
+	if s.Accel != KVM {
+		return fmt.Errorf("vmm: VFIO passthrough needs KVM, not %s", s.Accel)
+	}
+	if s.RAM != nil || s.Incoming != nil {
+		return fmt.Errorf("vmm: a VM with passed-through devices is never snapshotted nor restored")
+	}
+	for _, a := range s.VFIO {
+		if !vfioAddrRE().MatchString(a) {
+			return fmt.Errorf("vmm: VFIO device %q must be a PCI address like 0000:01:00.0", a)
+		}
+	}
+	return nil
+}
+
+// MemlockFor is the RLIMIT_MEMLOCK a VM of guest RAM mem with VFIO
+// devices needs: all of its RAM plus room for QEMU's own pinned buffers.
+func MemlockFor(mem int64) uint64 { return uint64(mem) + 64<<20 }
 
 func (s *Spec) validateRAM() error {
 	if s.RAM == nil {

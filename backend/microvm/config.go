@@ -9,6 +9,7 @@ import (
 	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/egress/egresstest"
+	"github.com/wovyr/wovyr/vfio"
 	"github.com/wovyr/wovyr/vmm"
 )
 
@@ -70,13 +71,17 @@ type Config struct {
 	ExtraCmdline string
 	// Logger receives lifecycle events; zero: discarded.
 	Logger *slog.Logger
+	// VFIO is where GPUs are bound for passthrough (KVM only, gpu.go);
+	// zero: this node's /sys and /dev.
+	VFIO vfio.Host
 	// Network gives VMs allowlisted egress through this service: a tap in
 	// a per-sandbox egress slot (net.go). Zero: VMs have no NIC and only
 	// deny-all policies are accepted.
 	Network *egress.Service
 
-	weak battery.Weakness // a positive control's configuration (Weakened)
-	rig  *egresstest.Rig  // the egress battery's harness (battery_egress.go)
+	weak    battery.Weakness // a positive control's configuration (Weakened)
+	memlock uint64           // tests: the hard RLIMIT_MEMLOCK to assume (gpu.go); zero: this process's
+	rig     *egresstest.Rig  // the egress battery's harness (battery_egress.go)
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -60,11 +60,16 @@ func (s *vmSandbox) runOneShot(ctx context.Context, inv *sandbox.Invocation) (*s
 	}
 	res := &sandbox.Result{ID: inv.ID, Backend: s.b.Name(), Accel: string(s.p.accel)}
 	res.Timings.Started = time.Now()
-	m, err := s.b.cfg.VMM.Start(ctx, spec)
+	release, err := s.passThrough(ctx, inv.GPUs, spec)
 	if err != nil {
 		return nil, err
 	}
-	defer m.Kill()
+	m, err := s.b.cfg.VMM.Start(ctx, spec)
+	if err != nil {
+		s.giveBack(release, nil)
+		return nil, err
+	}
+	defer s.giveBack(release, m) // kills m first
 	deadline := l.Wall + s.b.cfg.bootTimeout(s.p.accel)
 	wctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()

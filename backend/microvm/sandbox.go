@@ -91,6 +91,14 @@ type boot struct {
 }
 
 func (b *Backend) prepare(ctx context.Context, p *probed, tmpl sandbox.Template, how boot) (*vmSandbox, error) {
+	if len(tmpl.GPUs) > 0 {
+		if err := b.GPUSupport(ctx); err != nil {
+			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "microvm: GPU template")
+		}
+		// Its devices are bound to vfio-pci only while its invocation's VM
+		// runs (passThrough): a VM booted ahead would hold them unassigned.
+		how.warm = false
+	}
 	s := &vmSandbox{b: b, p: p, id: randomID(), tmpl: tmpl, limit: tmpl.Limits.WithDefaults(), warm: how.warm || how.golden != nil || how.paused != nil}
 	root, _, err := b.rootFor(ctx, p, tmpl.Image)
 	if err != nil {

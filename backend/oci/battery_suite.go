@@ -119,6 +119,9 @@ func Suite(b *Backend, image string) battery.Suite {
 			delete(na, p.ID)
 		}
 		maps.Copy(na, cloneNotApplicable)
+	}
+	probes = append(probes, battery.GPUProbes(b.name)...) // they run only where a GPU exists
+	if b.gvisor {
 		gvisorControls(b, probes)
 	}
 	for i := range probes {
@@ -145,6 +148,12 @@ func Suite(b *Backend, image string) battery.Suite {
 // every interface, the rig's own with them, instead of bypassing a slot.
 var gvisorOwnKernel = []int{10, 12, 17, 43, 45, 48, 60, 93}
 
+// gpuResidueRow (96) has its control on the container too: under gVisor
+// every host descriptor on a device is the Sentry's or the gofer's, which
+// end with the sandbox, so no holder can outlive it as a host process
+// there; the container's KeepOrphans copy shows the probe finds one.
+const gpuResidueRow = 96
+
 func gvisorControls(b *Backend, probes []battery.Probe) {
 	cfg := b.cfg
 	cfg.Runtime = ""
@@ -163,7 +172,7 @@ func gvisorControls(b *Backend, probes []battery.Probe) {
 		return
 	}
 	for i := range probes {
-		if slices.Contains(gvisorOwnKernel, probes[i].ID) || probes[i].Weakness == EgressHostNetns {
+		if slices.Contains(gvisorOwnKernel, probes[i].ID) || probes[i].Weakness == EgressHostNetns || probes[i].ID == gpuResidueRow {
 			probes[i].ControlOn = c
 		}
 	}

@@ -181,6 +181,14 @@ func (s *Sandbox) runInit(ctx context.Context, inv *sandbox.Invocation, lim sand
 	}
 	defer release()
 	stdout, stderr := &sandbox.Capped{Limit: lim.Output}, &sandbox.Capped{Limit: lim.Output}
+	if fn := sandbox.OutputOf(ctx); fn != nil {
+		// The runtime's stdio is the workload's: what each cap keeps is
+		// streamed as it is kept (os/exec's two copy goroutines meet in
+		// the collector, which keeps fn's calls apart).
+		live := sandbox.NewCollector(fn, lim.Output)
+		stdout.Emit = func(p []byte) { live.Add(sandbox.Stdout, p) }
+		stderr.Emit = func(p []byte) { live.Add(sandbox.Stderr, p) }
+	}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if len(inv.Workload.Stdin) > 0 {
 		cmd.Stdin = bytes.NewReader(inv.Workload.Stdin)

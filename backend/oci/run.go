@@ -148,9 +148,28 @@ func (s *Sandbox) doJob(ctx context.Context, job agent.Job, lim sandbox.Limits, 
 	hostCtx, cancel := context.WithTimeout(ctx, lim.Wall+hostGrace)
 	defer cancel()
 	cpuHit := s.watchCPU(hostCtx, cancel, lim.CPU)
+	// A caller that watches the output live (sandbox.WithOutput) gets the
+	// agent's pieces as they come; the result's output is then built from
+	// them, held to the job's cap here (the agent is the tenant's
+	// neighbour), so the stream and the record agree byte for byte.
+	var live *sandbox.Collector
+	var forward func(agent.Output)
+	if fn := sandbox.OutputOf(ctx); fn != nil {
+		job.Stream = true
+		live = sandbox.NewCollector(fn, lim.Output)
+		forward = func(o agent.Output) { live.Add(fdStream(o.Fd), o.Data) }
+	}
 	res.Timings.Started = time.Now()
-	rep, err := s.client.Do(hostCtx, job)
+	rep, err := s.client.DoStream(hostCtx, job, forward)
 	res.Timings.Finished = time.Now()
+	if live != nil && err == nil {
+		var over bool
+		rep.Stdout, rep.Stderr, over = live.Output()
+		if over {
+			s.b.cfg.Logger.Warn("agent broke the output cap", "backend", s.b.name, "id", s.id, "streamed", true)
+			return true, sandbox.Errorf(sandbox.BackendFailure, "", "the sandbox's agent streamed more output than the %d-byte cap", lim.Output)
+		}
+	}
 	// Usage and limits are judged from the host's own measurements: the
 	// reply comes from inside the sandbox and is only believed about what
 	// the workload controls anyway (exit status, output).
@@ -206,6 +225,15 @@ func (s *Sandbox) doJob(ctx context.Context, job agent.Job, lim sandbox.Limits, 
 	}
 	s.afterJob(ctx)
 	return false, nil
+}
+
+// fdStream names the stream of an agent's Output frame (1 or 2; the client
+// refuses any other).
+func fdStream(fd int) sandbox.Stream {
+	if fd == 2 {
+		return sandbox.Stderr
+	}
+	return sandbox.Stdout
 }
 
 // workloadEnv is the environment a workload (or a session's exec) with

@@ -104,6 +104,11 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 		if err := b.GPUSupport(ctx); err != nil {
 			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s: GPU template", b.name)
 		}
+		if b.gvisor {
+			if err := nvproxyDevices(tmpl.GPUs); err != nil {
+				return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s: GPU template", b.name)
+			}
+		}
 	}
 	how := boot{netstack: b.gvisor && tmpl.Egress && b.cfg.Network != nil, gpus: tmpl.GPUs}
 	sb, err := b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, tmpl.Limits.WithDefaults(), how)
@@ -124,6 +129,9 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 	s := &Sandbox{b: b, d: d, id: newID(b.gvisor), image: name, limits: lim, agentFD: -1, oomFD: -1, oneShot: (!b.cfg.Pooled || how.netstack) && how.cold(), boot: how}
 	if how.netstack {
 		s.d = d.netstack()
+	}
+	if b.gvisor && len(how.gpus) > 0 {
+		s.d = s.d.withNVProxy()
 	}
 	s.dir = filepath.Join(b.run, "sb", s.id)
 	defer func() {

@@ -86,6 +86,9 @@ func (s *Sandbox) Exec(ctx context.Context, e *sandbox.Exec) (*sandbox.Result, e
 	if err != nil {
 		return nil, err
 	}
+	if ex.Background {
+		return nil, sandbox.Errorf(sandbox.BadInput, "background", "a background exec is started with Start (sandbox.Processes)")
+	}
 	lim := ss.lim
 	lim.Wall, lim.Output = ex.Wall, ex.Output
 	res := &sandbox.Result{ID: ex.ID, Backend: s.b.name, Accel: s.d.accel}

@@ -73,6 +73,7 @@ var weaknesses = []battery.Weakness{
 	battery.KeepOrphans, battery.TraceStopAsExit, Privileged, HostPIDAsRoot, HostDevices, Unmasked, HostBind, WritableProcSys, HostPrivileged,
 	LeakedDirFD, OpenDeviceCgroup, FollowLinks, WritableRuntimeCopy, SharedIPC, NaiveRootfs,
 	ExecHealthCheck, SuidRoot, HostPathLayers, EgressOpen, EgressHostNetns, TenantGolden, NoReexec, KeepLeftovers,
+	battery.AllGPUs,
 }
 
 // Weakened implements battery.Weakener: a copy of b with one weakness, for
@@ -165,6 +166,8 @@ func weakenSpec(s *specs.Spec, w battery.Weakness) {
 			s.Linux.Devices = append(s.Linux.Devices, specs.LinuxDevice{Path: d.path, Type: "c", Major: d.major, Minor: d.minor, FileMode: fileMode(0o600)})
 			s.Linux.Resources.Devices = append(s.Linux.Resources.Devices, specs.LinuxDeviceCgroup{Allow: true, Type: "c", Major: &d.major, Minor: &d.minor, Access: "rwm"})
 		}
+	case battery.AllGPUs:
+		allHostGPUs(s)
 	case Unmasked:
 		s.Linux.MaskedPaths, s.Linux.ReadonlyPaths = nil, nil
 	case WritableProcSys:

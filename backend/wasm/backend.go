@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/wovyr/wovyr/internal/wasmcapi"
@@ -36,14 +35,11 @@ type Backend struct {
 	start   sync.Once
 	engine  *wasmcapi.Engine
 	modules *cache
+	ticker  *wasmcapi.EpochTicker
 	initErr error
 
-	stopTick chan struct{}
-	wake     chan struct{} // the first running invocation wakes an idle ticker
-	running  atomic.Int64  // invocations executing wasm now
-	ticked   sync.WaitGroup
-	closed   sync.Once
-	kids     children // weakened copies (battery controls)
+	closed sync.Once
+	kids   children // weakened copies (battery controls)
 
 	life   sync.RWMutex // held shared by every run, exclusively by Close
 	isDown bool         // under life: Close has begun
@@ -59,11 +55,9 @@ func New(cfg Config) (*Backend, error) {
 	}
 	root := filepath.Join(cfg.StateDir, "wasm")
 	b := &Backend{
-		cfg:      cfg,
-		cache:    filepath.Join(root, "cache"),
-		work:     filepath.Join(root, "work"),
-		stopTick: make(chan struct{}),
-		wake:     make(chan struct{}, 1),
+		cfg:   cfg,
+		cache: filepath.Join(root, "cache"),
+		work:  filepath.Join(root, "work"),
 	}
 	for _, d := range []string{b.cache, b.work} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -98,49 +92,15 @@ func (b *Backend) started() error {
 		}
 		b.engine = e
 		b.modules = newCache(e, b.cache, b.cfg.Modules, b.cfg.Logger)
-		b.ticked.Add(1)
-		go b.tick()
+		b.ticker = e.StartEpochTicker(b.cfg.EpochTick)
 	})
 	return b.initErr
 }
 
-// tick advances the engine's epoch every EpochTick. Each running store checks
-// its own deadline on the tick (run.c), so one ticker serves every
-// invocation. While nothing runs it sleeps until begin wakes it.
-func (b *Backend) tick() {
-	defer b.ticked.Done()
-	t := time.NewTicker(b.cfg.EpochTick)
-	defer t.Stop()
-	for {
-		if b.running.Load() == 0 {
-			t.Stop()
-			select {
-			case <-b.wake:
-				t.Reset(b.cfg.EpochTick)
-			case <-b.stopTick:
-				return
-			}
-		}
-		select {
-		case <-t.C:
-			b.engine.IncrementEpoch()
-		case <-b.stopTick:
-			return
-		}
-	}
-}
-
 // begin and end bracket wasm execution, so the ticker runs only when needed.
-func (b *Backend) begin() {
-	if b.running.Add(1) == 1 {
-		select {
-		case b.wake <- struct{}{}:
-		default:
-		}
-	}
-}
+func (b *Backend) begin() { b.ticker.Begin() }
 
-func (b *Backend) end() { b.running.Add(-1) }
+func (b *Backend) end() { b.ticker.End() }
 
 // Close waits for running invocations (cancel their contexts to hurry them),
 // then stops the ticker and frees the cache and the engine. Runs after Close
@@ -158,9 +118,8 @@ func (b *Backend) Close() error {
 		if b.pool != nil {
 			b.pool.close()
 		}
-		close(b.stopTick)
-		b.ticked.Wait()
 		if b.engine != nil {
+			b.ticker.Stop()
 			b.modules.close()
 			b.engine.Close()
 		}

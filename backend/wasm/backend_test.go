@@ -259,9 +259,12 @@ func TestFreshInstancePerInvocation(t *testing.T) {
 
 func TestCancelStopsTheGuest(t *testing.T) {
 	b := newBackend(t)
+	if err := b.started(); err != nil { // the ticker exists before the watcher reads it
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { // cancel once the guest is executing
-		for b.running.Load() == 0 {
+		for b.ticker.Running() == 0 {
 			time.Sleep(time.Millisecond)
 		}
 		cancel()
@@ -436,6 +439,9 @@ func TestCloseWaitsForRunningInvocations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := b.started(); err != nil { // the ticker exists before the loop below reads it
+		t.Fatal(err)
+	}
 	in := inv(guest(t, "wat/spin"), "spin")
 	in.Limits.Wall = 300 * time.Millisecond
 	done := make(chan *sandbox.Result)
@@ -444,7 +450,7 @@ func TestCloseWaitsForRunningInvocations(t *testing.T) {
 		res, _ := sb.Run(context.Background(), in)
 		done <- res
 	}()
-	for b.running.Load() == 0 { // until the guest is executing
+	for b.ticker.Running() == 0 { // until the guest is executing
 		time.Sleep(time.Millisecond)
 	}
 	b.Close() // must not free the engine under the running guest

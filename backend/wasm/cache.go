@@ -1,8 +1,6 @@
 package wasm
 
 import (
-	"bytes"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/wovyr/wovyr/internal/artifact"
 	"github.com/wovyr/wovyr/internal/wasmcapi"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -53,11 +52,6 @@ type load struct {
 	e    *entry
 	err  error
 }
-
-// artifact header: magic, SHA-256(key), SHA-256(payload), then the payload.
-var artifactMagic = []byte("WOVYRCW1")
-
-const headerLen = 8 + 32 + 32
 
 func newCache(e *wasmcapi.Engine, dir string, max int, log *slog.Logger) *cache {
 	return &cache{engine: e, dir: dir, max: max, log: log, entries: map[string]*entry{}, loading: map[string]*load{}}
@@ -205,22 +199,11 @@ func (c *cache) module(moduleDigest string, wasm []byte) (*wasmcapi.Module, erro
 }
 
 func (c *cache) loadArtifact(path, key string) (*wasmcapi.Module, error) {
-	b, err := os.ReadFile(path)
+	b, err := artifact.Read(path, key)
 	if err != nil {
 		return nil, err
 	}
-	if len(b) < headerLen || !bytes.Equal(b[:8], artifactMagic) {
-		return nil, errors.New("not a wovyr artifact")
-	}
-	kh := sha256.Sum256([]byte(key))
-	if !bytes.Equal(b[8:40], kh[:]) {
-		return nil, errors.New("artifact key mismatch")
-	}
-	ph := sha256.Sum256(b[headerLen:])
-	if !bytes.Equal(b[40:72], ph[:]) {
-		return nil, errors.New("artifact checksum mismatch (corrupt)")
-	}
-	m, err := c.engine.Deserialize(b[headerLen:])
+	m, err := c.engine.Deserialize(b)
 	if err != nil {
 		return nil, fmt.Errorf("wasmtime refused the artifact: %w", err)
 	}
@@ -232,21 +215,5 @@ func (c *cache) storeArtifact(path, key string, m *wasmcapi.Module) error {
 	if err != nil {
 		return err
 	}
-	kh := sha256.Sum256([]byte(key))
-	ph := sha256.Sum256(payload)
-	f, err := os.CreateTemp(c.dir, ".wovyr-tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	for _, p := range [][]byte{artifactMagic, kh[:], ph[:], payload} {
-		if _, err := f.Write(p); err != nil {
-			f.Close()
-			return err
-		}
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path) // CreateTemp made it 0600
+	return artifact.Write(path, key, payload)
 }

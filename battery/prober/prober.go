@@ -56,6 +56,8 @@ func Probes() map[string]Func {
 		"kgrow":    kgrow,
 		"threads":  threads,
 		"traceme":  traceme,
+		"gpunodes": gpuNodes,
+		"gpuhold":  gpuHold,
 	}
 	maps.Copy(m, kernelProbes())
 	return m

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/wovyr/wovyr/agent"
 	"github.com/wovyr/wovyr/battery/prober"
@@ -21,7 +22,7 @@ func main() {
 		os.Args = []string{os.Args[0], "init"}
 	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: wovyr-guest agent [--device PATH] | init | job [--nproc N] -- PROG ARGV... | probe …")
+		fmt.Fprintln(os.Stderr, "usage: wovyr-guest agent [--device PATH] | init | job [--nproc N] -- PROG ARGV... | probe … | now [--sleep D]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
@@ -35,10 +36,26 @@ func main() {
 		os.Exit(jobMain(os.Args[2:]))
 	case "probe":
 		os.Exit(prober.Main(os.Args[2:], os.Stdout))
+	case "now":
+		os.Exit(nowMain(os.Args[2:]))
 	default:
 		fmt.Fprintf(os.Stderr, "wovyr-guest: unknown command %q\n", os.Args[1])
 		os.Exit(2)
 	}
+}
+
+// nowMain prints the wall clock in nanoseconds since the epoch, then
+// sleeps: the process the live-output benchmarks watch (the time from its
+// write to a client's receipt; busybox's date has no nanoseconds).
+func nowMain(args []string) int {
+	fs := flag.NewFlagSet("now", flag.ContinueOnError)
+	sleep := fs.Duration("sleep", 0, "how long to sleep after printing")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	fmt.Println(time.Now().UnixNano())
+	time.Sleep(*sleep)
+	return 0
 }
 
 // jobMain runs one job as a one-shot container's init: PROG with ARGV

@@ -68,10 +68,16 @@ func httpBench(ctx context.Context, g *globals, only string, n int, rate float64
 		}
 		b, _ := nd.mgr.Backend(st.Name)
 		inv := benchInvocation(st.Kinds[0], b.Strength())
-		warm := benchmark.NewWarm(ctx, b, sandbox.Template{Kind: st.Kinds[0]}, 1)
+		prepare, how, err := poolPrepare(ctx, nd.mgr, b, manager.TemplateFor(inv))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "wovyr: bench --http: %s: %v\n", st.Name, err)
+			failed = append(failed, st.Name)
+			continue
+		}
+		warm := benchmark.NewWarmFrom(ctx, prepare, 1)
 		r, err := benchmark.Measure(benchmark.Pair{
 			Name:     "POST /v1/invocations?wait " + st.Name,
-			PeerName: "in-process warm claim",
+			PeerName: "in-process warm claim (" + how + ")",
 			Setup: func() error {
 				if err := warm.Refill(); err != nil {
 					return err
@@ -128,6 +134,26 @@ func httpBench(ctx context.Context, g *globals, only string, n int, rate float64
 		return fmt.Errorf("failed on %s", strings.Join(failed, ", "))
 	}
 	return nil
+}
+
+// poolPrepare prepares sandboxes of tmpl on b as the daemon's pool does:
+// clones of the template's golden snapshot where b snapshots it, else cold
+// (how says which), so that the peer's warm claim is of the same kind of
+// sandbox as the daemon's. The golden is obtained once, before any round.
+func poolPrepare(ctx context.Context, m *manager.Manager, b sandbox.Backend, tmpl sandbox.Template) (prepare func(context.Context) (sandbox.Sandbox, error), how string, err error) {
+	cold := m.Factory(b, tmpl)
+	r := m.Restorer(b, tmpl)
+	if r == nil {
+		return cold, "cold", nil
+	}
+	g, err := r.Golden(ctx)
+	switch {
+	case errors.Is(err, sandbox.ErrNoSnapshot):
+		return cold, "cold", nil
+	case err != nil:
+		return nil, "", err
+	}
+	return func(ctx context.Context) (sandbox.Sandbox, error) { return r.Restore(ctx, g) }, "clone", nil
 }
 
 // benchInvocation is /bin/true, or a trivial module, pinned to strength s.

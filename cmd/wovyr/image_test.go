@@ -71,3 +71,27 @@ func TestImageWarmup(t *testing.T) {
 		}
 	}
 }
+
+// TestImageBuildAptRefusals: bad `image build --from/--apt` and `image
+// pull` command lines are bad input (exit 120) that say why and create
+// nothing.
+func TestImageBuildAptRefusals(t *testing.T) {
+	state := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"build", "t", "--from", "busybox", "--apt", "jq"}, "wovyr image: build flags: --from \"busybox\": only base (Debian bookworm minbase) takes --apt packages\n"},
+		{[]string{"build", "t", "--from", "base", "--apt", "jq,x;rm"}, "wovyr image: image: bad package list: \"x;rm\" is not a Debian package name\n"},
+		{[]string{"build", "t", "--from", "base", "extra"}, "wovyr image: build flags: unexpected \"extra\" (want --from base --apt PKG,...)\n"},
+		{[]string{"pull", "Not A Ref", "t"}, "wovyr image: image: bad reference \"Not A Ref\": could not parse reference: Not A Ref (want [REGISTRY/]REPOSITORY[:TAG|@sha256:DIGEST])\n"},
+	} {
+		o := wovyr(t, "", append([]string{"--state-dir", state, "image"}, c.args...)...)
+		if o.code != exitBadInput || o.stderr != c.want {
+			t.Errorf("image %q: exit %d, stderr %q; want %d, %q", c.args, o.code, o.stderr, exitBadInput, c.want)
+		}
+	}
+	if ents, _ := os.ReadDir(state); len(ents) != 0 {
+		t.Errorf("refused commands created %d entries in the state dir", len(ents))
+	}
+}

@@ -107,11 +107,27 @@ func (c *serveCmd) run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Options{
-		Config: cfg, Manager: n.mgr, Store: st, Logger: log, Admission: fair,
+	cfg.Node = nodeName(cfg, g.stateDir)
+	cl, leave, err := joinCluster(ctx, cfg, g.stateDir, n.mgr, log)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	plugins, err := newPluginHost(cfg.Plugins, g.stateDir, log)
+	if err != nil {
+		return err
+	}
+	defer plugins.Close() // after Run: no call is in flight any more
+	opts := server.Options{
+		Config: cfg, Manager: n.mgr, Store: st, Logger: log, Admission: fair, Version: version, Plugins: plugins,
+		SessionDir:  filepath.Join(g.stateDir, "sessions"),
 		Reconcilers: []server.Reconciler{cgroupReconciler(cfg.CgroupReconcile, n.nativeScratch())},
 		Certify:     func(ctx context.Context, backend string) (cert.Record, error) { return n.certifyOne(ctx, backend) },
-	})
+	}
+	if cl != nil {
+		opts.Cluster = cl // not a nil *cluster.Node in the interface
+	}
+	srv, err := server.New(opts)
 	if err != nil {
 		return err
 	}

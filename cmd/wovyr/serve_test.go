@@ -43,6 +43,23 @@ func buildBinaries(t *testing.T) (wovyr, guest string) {
 	return wovyr, guest
 }
 
+// certifiedNative builds the binaries and a fresh state dir (removed when
+// t ends) in which native is certified.
+func certifiedNative(t *testing.T, prefix string) (wovyr, state string) {
+	t.Helper()
+	wovyr, guest := buildBinaries(t)
+	state, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(state, 0o711)
+	t.Cleanup(func() { os.RemoveAll(state) })
+	if out, err := exec.Command(wovyr, "--state-dir", state, "--guest", guest, "certify", "--backend", "native").CombinedOutput(); err != nil {
+		t.Fatalf("certify: %v\n%s", err, out)
+	}
+	return wovyr, state
+}
+
 // daemon is a `wovyr serve` subprocess.
 type daemon struct {
 	cmd  *exec.Cmd
@@ -53,12 +70,18 @@ type daemon struct {
 
 func startDaemon(t *testing.T, wovyr, state string) *daemon {
 	t.Helper()
+	// Other tests on this host may run sandboxes now: reconcile only ours.
+	return startDaemonConfig(t, wovyr, state, `{"cgroup_reconcile": "owned", "tenants": []}`)
+}
+
+// startDaemonConfig is startDaemon with this configuration file.
+func startDaemonConfig(t *testing.T, wovyr, state, config string) *daemon {
+	t.Helper()
 	addrFile := filepath.Join(state, "addr")
 	os.Remove(addrFile)
 	d := &daemon{log: &bytes.Buffer{}, done: make(chan struct{})}
-	// Other tests on this host may run sandboxes now: reconcile only ours.
 	conf := filepath.Join(state, "serve.json")
-	if err := os.WriteFile(conf, []byte(`{"cgroup_reconcile": "owned", "tenants": []}`), 0o600); err != nil {
+	if err := os.WriteFile(conf, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d.cmd = exec.Command(wovyr, "--state-dir", state, "serve", "--listen", "127.0.0.1:0", "--addr-file", addrFile, "--config", conf)
@@ -121,16 +144,7 @@ func pidsOf(pattern string) []int {
 // on the same certified node: a local run beside the daemon fails fast, and
 // `wovyr run --remote` prints and exits exactly as a local run.
 func TestCrashRestartMarksLost(t *testing.T) {
-	wovyr, guest := buildBinaries(t)
-	state, err := os.MkdirTemp("", "wovyr-crash-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(state, 0o711)
-	t.Cleanup(func() { os.RemoveAll(state) })
-	if out, err := exec.Command(wovyr, "--state-dir", state, "--guest", guest, "certify", "--backend", "native").CombinedOutput(); err != nil {
-		t.Fatalf("certify: %v\n%s", err, out)
-	}
+	wovyr, state := certifiedNative(t, "wovyr-crash-test-")
 
 	d := startDaemon(t, wovyr, state)
 	tok, err := os.ReadFile(filepath.Join(state, tokenFile))

@@ -12,22 +12,30 @@ import (
 	"github.com/wovyr/wovyr/sandbox"
 )
 
-// sessionCommands are `wovyr session`'s subcommands, one per file.
-var sessionCommands = []struct {
+// subcommand is one command of a daemon command group (session, plugin).
+type subcommand struct {
 	name, summary string
 	run           func(ctx context.Context, sc *sessionCtx, args []string) int
-}{
+}
+
+// sessionCommands are `wovyr session`'s subcommands, one per file.
+var sessionCommands = []subcommand{
 	{"create", "create a session and print its id", sessionCreateMain},
 	{"exec", "run one command in a session, printing and exiting as wovyr run does", sessionExecMain},
 	{"cp", "copy a file into (LOCAL ID:PATH) or out of (ID:PATH LOCAL, - for stdout) a session", sessionCpMain},
 	{"ls", "list the tenant's sessions, or (ID[:DIR]) a directory of one's workspace", sessionLsMain},
 	{"rm", "end a session (ID), or remove a path in its workspace (ID:PATH)", sessionRmMain},
+	{"ps", "list a session's background processes (ID), or print one's output so far (ID EID)", sessionPsMain},
+	{"kill", "kill a session's background process (ID EID) with every process of its session", sessionKillMain},
+	{"pause", "pause a session (ID): its workspace kept, its sandbox given back", sessionPauseMain},
+	{"resume", "resume a paused session (ID); any exec, cp or ls of it resumes it too", sessionResumeMain},
 }
 
 // sessionCtx is what every session subcommand shares: the daemon's
 // address and token, and where it writes.
 type sessionCtx struct {
 	g              *globals
+	group          string // the command group for usage lines; zero means "session"
 	remote, token  string
 	stdout, stderr io.Writer
 }
@@ -41,7 +49,7 @@ func (sc *sessionCtx) register(fs *flag.FlagSet) {
 // client is the daemon's client, or a usage error without --remote.
 func (sc *sessionCtx) client() (*client.Client, error) {
 	if sc.remote == "" {
-		return nil, sandbox.Errorf(sandbox.BadInput, "remote", "sessions live in a daemon: give --remote URL (or $WOVYR_REMOTE)")
+		return nil, sandbox.Errorf(sandbox.BadInput, "remote", "%ss live in a daemon: give --remote URL (or $WOVYR_REMOTE)", sc.groupName())
 	}
 	return client.New(sc.remote, daemonToken(sc.g, sc.token), nil), nil
 }
@@ -72,14 +80,21 @@ func (sc *sessionCtx) fail(err error) int {
 
 // flags is a subcommand's flag set, with the daemon flags and a usage line.
 func (sc *sessionCtx) flags(name, usage string) *flag.FlagSet {
-	fs := flag.NewFlagSet("session "+name, flag.ContinueOnError)
+	fs := flag.NewFlagSet(sc.groupName()+" "+name, flag.ContinueOnError)
 	fs.SetOutput(sc.stderr)
 	sc.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: wovyr session %s\n\n", usage)
+		fmt.Fprintf(fs.Output(), "usage: wovyr %s %s\n\n", sc.groupName(), usage)
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+func (sc *sessionCtx) groupName() string {
+	if sc.group == "" {
+		return "session"
+	}
+	return sc.group
 }
 
 // sessionMain is `wovyr session SUBCOMMAND`: sessions of a daemon
@@ -91,8 +106,14 @@ func sessionMain(ctx context.Context, g *globals, args []string) int {
 }
 
 func (sc *sessionCtx) dispatch(ctx context.Context, args []string) int {
+	return sc.dispatchGroup(ctx, args, sessionCommands, "Sessions are long-lived sandboxes in a daemon (--remote): exec many commands in one\nfilesystem, copy files in and out.")
+}
+
+// dispatchGroup runs the subcommand args names, or prints the group's
+// usage: intro, then cmds.
+func (sc *sessionCtx) dispatchGroup(ctx context.Context, args []string, cmds []subcommand, intro string) int {
 	if len(args) > 0 {
-		for _, c := range sessionCommands {
+		for _, c := range cmds {
 			if c.name == args[0] {
 				return c.run(ctx, sc, args[1:])
 			}
@@ -102,8 +123,8 @@ func (sc *sessionCtx) dispatch(ctx context.Context, args []string) int {
 	if len(args) == 0 || args[0] != "help" && args[0] != "-h" && args[0] != "--help" {
 		w = sc.stderr
 	}
-	fmt.Fprintf(w, "usage: wovyr session COMMAND [flags] [ARGS]\n\nSessions are long-lived sandboxes in a daemon (--remote): exec many commands in one\nfilesystem, copy files in and out. Commands:\n")
-	for _, c := range sessionCommands {
+	fmt.Fprintf(w, "usage: wovyr %s COMMAND [flags] [ARGS]\n\n%s Commands:\n", sc.groupName(), intro)
+	for _, c := range cmds {
 		fmt.Fprintf(w, "  %-7s %s\n", c.name, c.summary)
 	}
 	if w == sc.stdout {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"text/tabwriter"
 	"time"
+
+	"github.com/wovyr/wovyr/client"
 )
 
 func sessionLsMain(ctx context.Context, sc *sessionCtx, args []string) int {
@@ -27,7 +29,11 @@ func sessionLsMain(ctx context.Context, sc *sessionCtx, args []string) int {
 		}
 		fmt.Fprintln(tw, "ID\tBACKEND\tSTATE\tEXECS\tCREATED\tDETAIL")
 		for _, s := range ss {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Backend, s.State, s.Execs, s.Created.Local().Format(time.DateTime), s.EndReason)
+			detail := s.EndReason
+			if s.State == client.SessionPaused {
+				detail = fmt.Sprintf("resume: %s, %d bytes kept", s.Resume, s.PausedBytes)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Backend, s.State, s.Execs, s.Created.Local().Format(time.DateTime), detail)
 		}
 		return 0
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -88,12 +89,24 @@ func (b *memBox) File(_ context.Context, op *sandbox.FileOp) (*sandbox.FileReply
 			delete(b.files, op.Path)
 			return &sandbox.FileReply{}, nil
 		}
+	case sandbox.FileArchive: // the files as JSON: the tar itself is the agent's
+		data, _ := json.Marshal(b.files)
+		return &sandbox.FileReply{Data: data}, nil
+	case sandbox.FileExtract:
+		return &sandbox.FileReply{}, json.Unmarshal(op.Data, &b.files)
 	}
 	return nil, sandbox.Errorf(sandbox.NotFound, "path", "openat %s: no such file or directory", op.Path)
 }
 
 // memDaemon serves the API in this process over memBackend.
 func memDaemon(t *testing.T) string {
+	t.Helper()
+	return memDaemonWith(t, nil)
+}
+
+// memDaemonWith is memDaemon with the tenant "ops" (admin, token
+// "ops-tok") beside alice, and tune, if set, adjusting the options.
+func memDaemonWith(t *testing.T, tune func(*server.Options)) string {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(dir, time.Second)
@@ -111,9 +124,14 @@ func memDaemon(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := config.Config{Tenants: []config.Tenant{{Name: "alice", TokenSHA256: []string{config.HashToken("tok")}}},
+	cfg := config.Config{Tenants: []config.Tenant{{Name: "alice", TokenSHA256: []string{config.HashToken("tok")}},
+		{Name: "ops", Admin: true, TokenSHA256: []string{config.HashToken("ops-tok")}}},
 		Pools: []config.Pool{{MaxLive: 4}}}
-	srv, err := server.New(server.Options{Config: cfg, Manager: mgr, Store: st, Logger: log})
+	opts := server.Options{Config: cfg, Manager: mgr, Store: st, Logger: log, SessionDir: filepath.Join(dir, "sessions")}
+	if tune != nil {
+		tune(&opts)
+	}
+	srv, err := server.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,6 +182,10 @@ func TestSessionCLI(t *testing.T) {
 		{[]string{"exec", id, "--", "cat", "main.sh"}, "echo hi\n", "", 0},
 		{[]string{"exec", id, "--", "cat", "nope"}, "", "cat: nope: No such file or directory\n", 1},
 		{[]string{"cp", id + ":main.sh", "-"}, "echo hi\n", "", 0},
+		{[]string{"pause", id}, id + " paused (resume: restart, 26 bytes kept)\n", "", 0},
+		{[]string{"exec", id, "--", "cat", "main.sh"}, "echo hi\n", "", 0}, // resumed by it
+		{[]string{"pause", id}, id + " paused (resume: restart, 26 bytes kept)\n", "", 0},
+		{[]string{"resume", id}, id + " running\n", "", 0},
 		{[]string{"ls", id}, "file  0644  8  " + time.Time{}.Local().Format(time.DateTime) + "  main.sh\n", "", 0},
 		{[]string{"cp", id + ":nope", "-"}, "", "wovyr: not-found (path): openat nope: no such file or directory\n", exitBadInput},
 		{[]string{"cp", local, id + ":../x"}, "", "wovyr: bad-input (path): path leaves the workspace\n", exitBadInput},

@@ -13,6 +13,14 @@
 // classification) is one C function in run.c, so the hot path crosses cgo
 // once.
 //
+// Components (the WebAssembly component model) go the same way: compile,
+// serialize and deserialize, read the imports and the exported functions'
+// WIT types once at load, and make each call one C function (component.c)
+// that decodes the arguments into Wasmtime's values, calls, and encodes the
+// result, with fuel and the epoch deadline as for core modules. Values cross
+// cgo in a small binary codec rather than as C structs built from Go, so a
+// call allocates on the C side only what Wasmtime will free itself.
+//
 // The layer declares the C functions it uses in capi.h instead of including
 // the wrapper's headers (cgo cannot name another module's directory);
 // TestHeaderMatches compiles capi.h against the real headers so a version

@@ -39,6 +39,10 @@ type EngineConfig struct {
 	// 512 KiB (Wasmtime's default); it must stay well below the host thread
 	// stack.
 	MaxWasmStack uint64
+	// ComponentSlots is how many component instances may be live at once
+	// (each also takes core instance and memory slots from PoolSlots).
+	// Zero means none: the engine runs core modules only.
+	ComponentSlots uint32
 	// NoPooling uses the on-demand allocator instead of the pool. It exists
 	// for the benchmark floor; the backend never sets it.
 	NoPooling bool
@@ -78,6 +82,9 @@ func (c EngineConfig) Hash() string {
 	c = c.withDefaults()
 	s := fmt.Sprintf("wasmtime=%s fuel=1 epoch=1 threads=0 slots=%d maxmem=%d tables=%d stack=%d nopool=%t",
 		Version, c.PoolSlots, c.MaxMemory, c.MaxTableElements, c.MaxWasmStack, c.NoPooling)
+	if c.ComponentSlots != 0 { // absent when zero, so core-only hashes stay as they were
+		s += fmt.Sprintf(" components=%d", c.ComponentSlots)
+	}
 	h := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(h[:16])
 }
@@ -108,7 +115,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		C.wasmtime_pooling_allocation_config_total_core_instances_set(p, C.uint32_t(cfg.PoolSlots))
 		C.wasmtime_pooling_allocation_config_total_memories_set(p, C.uint32_t(cfg.PoolSlots))
 		C.wasmtime_pooling_allocation_config_total_tables_set(p, C.uint32_t(cfg.PoolSlots))
-		C.wasmtime_pooling_allocation_config_total_component_instances_set(p, 0)
+		C.wasmtime_pooling_allocation_config_total_component_instances_set(p, C.uint32_t(cfg.ComponentSlots))
 		C.wasmtime_pooling_allocation_config_total_gc_heaps_set(p, 0)
 		C.wasmtime_pooling_allocation_config_max_memory_size_set(p, C.size_t(cfg.MaxMemory))
 		C.wasmtime_pooling_allocation_config_table_elements_set(p, C.size_t(cfg.MaxTableElements))

@@ -1,0 +1,65 @@
+package agent
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+)
+
+// procStat is what the sweep and a background kill need of one process in
+// the agent's pid namespace, from /proc/PID/stat.
+type procStat struct {
+	pid, ppid, sid int
+	state          byte
+}
+
+// zombie reports whether the process has exited and waits to be reaped.
+func (p procStat) zombie() bool { return p.state == 'Z' || p.state == 'X' }
+
+// scanProcs lists the processes in /proc. A process that ends during the
+// scan is left out.
+func scanProcs() ([]procStat, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("read /proc: %w", err)
+	}
+	var out []procStat
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 0 {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		st, err := parseStat(b)
+		if err != nil {
+			return nil, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		st.pid = pid
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// parseStat reads the state, ppid and session of a /proc/PID/stat line:
+// "pid (comm) state ppid pgrp session …", where comm may hold spaces and
+// parentheses (hence the last ')').
+func parseStat(b []byte) (procStat, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procStat{}, fmt.Errorf("no comm in %q", b)
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 4 || len(f[0]) != 1 {
+		return procStat{}, fmt.Errorf("short stat %q", b)
+	}
+	ppid, err1 := strconv.Atoi(string(f[1]))
+	sid, err2 := strconv.Atoi(string(f[3]))
+	if err1 != nil || err2 != nil {
+		return procStat{}, fmt.Errorf("bad stat %q", b)
+	}
+	return procStat{state: f[0][0], ppid: ppid, sid: sid}, nil
+}

@@ -1,0 +1,93 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// PluginInstall is POST /v1/plugins's body: the manifest as the operator
+// wrote it, and the component's bytes (base64 in JSON).
+type PluginInstall struct {
+	Manifest  json.RawMessage `json:"manifest"`
+	Component []byte          `json:"component"`
+}
+
+// Plugin is the API's view of an installed plugin.
+type Plugin struct {
+	Name         string             `json:"name"`
+	Component    string             `json:"component"` // sha256:HEX
+	Trust        sandbox.TrustClass `json:"trust"`
+	Capabilities []string           `json:"capabilities"`
+	Imports      []string           `json:"imports"`
+	Functions    []PluginFunction   `json:"functions"`
+	// Limits are each call's fuel, memory (bytes) and wall_ms.
+	Limits   map[string]int64 `json:"limits"`
+	SignedBy string           `json:"signed_by,omitempty"`
+}
+
+// PluginFunction is an exported function and its WIT signature.
+type PluginFunction struct {
+	Name      string `json:"name"`
+	Signature string `json:"signature"`
+}
+
+// PluginList is GET /v1/plugins's body.
+type PluginList struct {
+	Plugins []Plugin `json:"plugins"`
+}
+
+// PluginCall is POST /v1/plugins/{name}/call's body: the function and its
+// arguments, an object by parameter name or an array in order.
+type PluginCall struct {
+	Function string          `json:"function"`
+	Args     json.RawMessage `json:"args,omitempty"`
+}
+
+// PluginResult is how a plugin call ended (a 200 whatever the end).
+type PluginResult struct {
+	Value    json.RawMessage `json:"value"`
+	End      string          `json:"end"` // ok, trap, out-of-fuel, timeout, cancelled
+	Error    string          `json:"error,omitempty"`
+	FuelUsed uint64          `json:"fuel_used"`
+	Took     time.Duration   `json:"took_ns"`
+	Fresh    bool            `json:"fresh_instance"`
+}
+
+func pluginPath(name string) string { return "/v1/plugins/" + url.PathEscape(name) }
+
+// InstallPlugin installs (or replaces) a plugin; it needs an admin token.
+func (c *Client) InstallPlugin(ctx context.Context, manifest, component []byte) (*Plugin, error) {
+	body, err := json.Marshal(PluginInstall{Manifest: manifest, Component: component})
+	if err != nil {
+		return nil, sandbox.Wrap(sandbox.BadInput, err, "encode plugin") // the manifest is not JSON
+	}
+	var out Plugin
+	return &out, c.do(ctx, http.MethodPost, "/v1/plugins", body, &out)
+}
+
+// Plugins lists the installed plugins.
+func (c *Client) Plugins(ctx context.Context) ([]Plugin, error) {
+	var out PluginList
+	return out.Plugins, c.do(ctx, http.MethodGet, "/v1/plugins", nil, &out)
+}
+
+// RemovePlugin uninstalls name (admin) and returns what it was.
+func (c *Client) RemovePlugin(ctx context.Context, name string) (*Plugin, error) {
+	var out Plugin
+	return &out, c.do(ctx, http.MethodDelete, pluginPath(name), nil, &out)
+}
+
+// CallPlugin calls function fn of plugin name with JSON args.
+func (c *Client) CallPlugin(ctx context.Context, name, fn string, args json.RawMessage) (*PluginResult, error) {
+	body, err := json.Marshal(PluginCall{Function: fn, Args: args})
+	if err != nil {
+		return nil, sandbox.Wrap(sandbox.BadInput, err, "encode plugin call") // args are not JSON
+	}
+	var out PluginResult
+	return &out, c.do(ctx, http.MethodPost, pluginPath(name)+"/call", body, &out)
+}

@@ -1,0 +1,413 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wovyr/wovyr/backend/native"
+	"github.com/wovyr/wovyr/client"
+	"github.com/wovyr/wovyr/cluster"
+	"github.com/wovyr/wovyr/config"
+	"github.com/wovyr/wovyr/internal/nativecert"
+	"github.com/wovyr/wovyr/manager"
+	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/server"
+	"github.com/wovyr/wovyr/store"
+)
+
+// Tenants and their tokens: alice may run anywhere, eve only in eu-west,
+// sam only in us-east.
+var tokens = map[string]string{"alice": "alice-token", "eve": "eve-token", "sam": "sam-token"}
+
+func nodeConfig(name, region string) config.Config {
+	cfg := config.Config{Region: region, Node: name, ShutdownGrace: config.Duration(5 * time.Second),
+		Residency: config.Residency{Regions: []string{"eu-west", "us-east"},
+			DataClasses: map[string][]string{"pii-eu": {"eu-west"}, "pii-us": {"us-east"}}},
+		Pools: []config.Pool{{MinWarm: 0, MaxWarm: 2}},
+	}
+	for _, n := range []string{"alice", "eve", "sam"} {
+		tn := config.Tenant{Name: n, TokenSHA256: []string{config.HashToken(tokens[n])}, Rate: 10000, Burst: 10000}
+		switch n {
+		case "eve":
+			tn.Regions = []string{"eu-west"}
+		case "sam":
+			tn.Regions = []string{"us-east"}
+		}
+		cfg.Tenants = append(cfg.Tenants, tn)
+	}
+	return cfg
+}
+
+// testNode is one wovyr node of the test cluster: its own state dir,
+// store, embedded NATS server (a route to the others) and HTTP API.
+type testNode struct {
+	name, region, url string
+	natsOpts          cluster.EmbeddedOptions
+	nats              *cluster.Embedded
+	node              *cluster.Node
+	stop              func()
+}
+
+// stopNATS stops the node's embedded NATS server (the node runs on,
+// reconnecting to the cluster's other servers); startNATS starts it again
+// on the same ports and store.
+func (n *testNode) stopNATS() { n.nats.Shutdown() }
+
+func (n *testNode) startNATS(t testing.TB) {
+	t.Helper()
+	ns, err := cluster.StartEmbedded(n.natsOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.nats = ns
+}
+
+func (n *testNode) client(tenant string) *client.Client {
+	return client.New(n.url, tokens[tenant], http.DefaultClient)
+}
+
+func freePorts(t testing.TB, k int) []int {
+	t.Helper()
+	var ports []int
+	var lns []net.Listener
+	for range k {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return ports
+}
+
+// startCluster starts three nodes in two regions over a three-server NATS
+// cluster on loopback, and waits until each sees all three live.
+func startCluster(t testing.TB, replicas int) []*testNode {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the cluster tests run native sandboxes and need root (CI runs as root)")
+	}
+	specs := []struct{ name, region string }{{"eu-1", "eu-west"}, {"eu-2", "eu-west"}, {"us-1", "us-east"}}
+	routes := freePorts(t, len(specs))
+	var routeURLs []string
+	for _, p := range routes {
+		routeURLs = append(routeURLs, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	nodes := make([]*testNode, len(specs))
+	var wg sync.WaitGroup
+	errs := make([]error, len(specs))
+	for i, sp := range specs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nodes[i], errs[i] = startNode(t, ctx, sp.name, sp.region, fmt.Sprintf("127.0.0.1:%d", routes[i]), routeURLs, replicas)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		for len(n.node.Live()) < len(nodes) {
+			if ctx.Err() != nil {
+				t.Fatalf("%s sees %d live nodes", n.name, len(n.node.Live()))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nodes
+}
+
+func startNode(t testing.TB, ctx context.Context, name, region, routeAddr string, routes []string, replicas int) (*testNode, error) {
+	dir, err := os.MkdirTemp("", "wovyr-cluster-test-")
+	if err != nil {
+		return nil, err
+	}
+	os.Chmod(dir, 0o711) // sandbox uids traverse it
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	clientPort := freePorts(t, 1)[0] // fixed, so that a restart keeps it
+	eo := cluster.EmbeddedOptions{Name: name, Region: region, Listen: fmt.Sprintf("127.0.0.1:%d", clientPort),
+		ClusterListen: routeAddr, ClusterName: "wovyr-test", Routes: routes, StoreDir: filepath.Join(dir, "nats")}
+	ns, err := cluster.StartEmbedded(eo)
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(dir, time.Second)
+	if err != nil {
+		ns.Shutdown()
+		return nil, err
+	}
+	nb, err := native.New(native.Config{ScratchDir: filepath.Join(dir, "scratch")})
+	if err != nil {
+		return nil, err
+	}
+	if err := st.PutCert(nativecert.Certify(t, nb)); err != nil {
+		return nil, err
+	}
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	mgr, err := manager.New(manager.Config{Backends: []sandbox.Backend{nb}, Certs: st, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	cfg := nodeConfig(name, region)
+	cn, err := cluster.Connect(ctx, cluster.Options{Name: name, Region: region, URL: ns.ClientURL(),
+		Heartbeat: 200 * time.Millisecond, Capacity: 8, Replicas: replicas, Required: mgr.Required, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := server.New(server.Options{Config: cfg, Manager: mgr, Store: st, Logger: log, Cluster: cn})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(rctx, ln) }()
+	n := &testNode{name: name, region: region, url: "http://" + ln.Addr().String(), natsOpts: eo, nats: ns, node: cn}
+	var once sync.Once
+	n.stop = func() {
+		once.Do(func() {
+			stop()
+			if err := <-done; err != nil {
+				t.Errorf("%s: Run: %v", name, err)
+			}
+			cn.Close()
+			st.Close()
+			n.nats.Shutdown()
+		})
+	}
+	t.Cleanup(n.stop)
+	return n, nil
+}
+
+func command() *sandbox.Invocation {
+	return &sandbox.Invocation{
+		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: []string{"/bin/true"}},
+		Policy:   sandbox.Policy{Trust: sandbox.Trusted},
+	}
+}
+
+// allowedFor is the test's own oracle of the deployment's residency.
+func allowedFor(tenant string, req sandbox.Residency) []string {
+	set := []string{"eu-west", "us-east"}
+	keep := func(in []string) {
+		set = slices.DeleteFunc(set, func(r string) bool { return !slices.Contains(in, r) })
+	}
+	switch tenant {
+	case "eve":
+		keep([]string{"eu-west"})
+	case "sam":
+		keep([]string{"us-east"})
+	}
+	if req.Regions != nil {
+		keep(req.Regions)
+	}
+	switch req.DataClass {
+	case "pii-eu":
+		keep([]string{"eu-west"})
+	case "pii-us":
+		keep([]string{"us-east"})
+	}
+	return set
+}
+
+var requests = []sandbox.Residency{
+	{},
+	{Regions: []string{"eu-west"}},
+	{Regions: []string{"us-east"}},
+	{Regions: []string{"us-east", "eu-west"}},
+	{DataClass: "pii-eu"},
+	{DataClass: "pii-us"},
+	{DataClass: "pii-us", Regions: []string{"eu-west"}},
+}
+
+// TestClusterResidency is the residency truth table over a live cluster:
+// every tenant × request × API node, then 1,000 random placements, each
+// checked against its record (read back through a random node), and a
+// region that loses its only node refusing rather than moving.
+func TestClusterResidency(t *testing.T) {
+	nodes := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	regionOf := map[string]string{}
+	for _, n := range nodes {
+		regionOf[n.name] = n.region
+	}
+	check := func(api *testNode, tenant string, req sandbox.Residency, reader *testNode) (string, error) {
+		inv := command()
+		inv.Policy.Residency = req
+		allowed := allowedFor(tenant, req)
+		rec, err := api.client(tenant).Submit(ctx, inv, 30*time.Second)
+		if len(allowed) == 0 {
+			var ce *client.Error
+			if !errors.As(err, &ce) || ce.Status != 409 || ce.Code != sandbox.ResidencyUnmet {
+				return "", fmt.Errorf("%s via %s %+v: got %v, %v; want 409 residency-unmet", tenant, api.name, req, rec, err)
+			}
+			return "refused", nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("%s via %s %+v: %v", tenant, api.name, req, err)
+		}
+		if rec.State != client.StateDone {
+			return "", fmt.Errorf("%s via %s %+v: not done: %+v", tenant, api.name, req, rec)
+		}
+		// Read it back through reader: the record as stored where it ran.
+		got, err := reader.client(tenant).Get(ctx, rec.ID, 0)
+		if err != nil {
+			return "", fmt.Errorf("get %s via %s: %v", rec.ID, reader.name, err)
+		}
+		if !slices.Contains(allowed, got.Region) || regionOf[got.Node] != got.Region || got.Result == nil || got.Result.ExitCode != 0 {
+			return "", fmt.Errorf("VIOLATION: %s via %s %+v ran at %s/%s, allowed %v", tenant, api.name, req, got.Region, got.Node, allowed)
+		}
+		// Preferred: the API node's own region when allowed.
+		if slices.Contains(allowed, api.region) && got.Region != api.region {
+			return "", fmt.Errorf("%s via %s %+v: ran in %s, not in the API node's allowed region", tenant, api.name, req, got.Region)
+		}
+		return got.Region, nil
+	}
+
+	// The truth table: every tenant × request × API node.
+	for _, api := range nodes {
+		for _, tenant := range []string{"alice", "eve", "sam"} {
+			for _, req := range requests {
+				if _, err := check(api, tenant, req, nodes[2]); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}
+	if t.Failed() {
+		return
+	}
+
+	// 1,000 random placements, eight at a time.
+	const total = 1000
+	var (
+		mu         sync.Mutex
+		violations []error
+		counts     = map[string]int{}
+		wg         sync.WaitGroup
+	)
+	work := make(chan int)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				// A deterministic spread (i's digits pick each factor).
+				api, reader := nodes[i%3], nodes[(i/3)%3]
+				tenant := []string{"alice", "eve", "sam"}[(i/9)%3]
+				req := requests[(i/27)%len(requests)]
+				where, err := check(api, tenant, req, reader)
+				mu.Lock()
+				if err != nil {
+					violations = append(violations, err)
+				}
+				counts[where]++
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range total {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if len(violations) > 0 {
+		t.Fatalf("%d of %d placements wrong, first: %v", len(violations), total, violations[0])
+	}
+	t.Logf("placements: %v", counts)
+
+	// Tenant isolation across nodes: another tenant's id is 404 there too.
+	inv := command()
+	inv.Policy.Residency = sandbox.Residency{Regions: []string{"us-east"}}
+	rec, err := nodes[0].client("alice").Submit(ctx, inv, 30*time.Second)
+	if err != nil || rec.Node != "us-1" {
+		t.Fatalf("dispatch to us-east: %+v %v", rec, err)
+	}
+	var ce *client.Error
+	if _, err := nodes[1].client("eve").Get(ctx, rec.ID, 0); !errors.As(err, &ce) || ce.Status != 404 || ce.Message != "not-found (id): no invocation "+rec.ID {
+		t.Fatalf("another tenant's id: %v", err)
+	}
+	if _, err := nodes[1].client("alice").Get(ctx, "nosuchid", 0); !errors.As(err, &ce) || ce.Status != 404 {
+		t.Fatalf("a missing id: %v", err)
+	}
+
+	// One NATS server of three stops: the cluster keeps serving (every
+	// stream and bucket has three replicas), eu-2 through another server.
+	nodes[1].stopNATS()
+	for i, api := range nodes {
+		for _, req := range []sandbox.Residency{{Regions: []string{"us-east"}}, {Regions: []string{"eu-west"}}} {
+			// While the streams' leaders move, a dispatch may be refused
+			// (503) and is retried; a placement is never wrong.
+			for {
+				_, err := check(api, "alice", req, nodes[(i+1)%3])
+				if err == nil {
+					break
+				}
+				if strings.HasPrefix(err.Error(), "VIOLATION") || ctx.Err() != nil {
+					t.Fatalf("with eu-2's NATS server stopped: %v", err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}
+	nodes[1].startNATS(t)
+
+	// us-east loses its only node: us-east work is refused, never moved.
+	nodes[2].stop()
+	for slices.Contains(nodes[0].node.LiveRegions(), "us-east") {
+		if ctx.Err() != nil {
+			t.Fatal("us-1 still live")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, err = nodes[0].client("sam").Submit(ctx, command(), 0)
+	want := "residency-unmet: no live node in the allowed regions [us-east] (live regions: [eu-west]); refused, not placed elsewhere"
+	if !errors.As(err, &ce) || ce.Status != 409 || ce.Message != want {
+		t.Fatalf("got %v, want 409 %s", err, want)
+	}
+	if counts["us-east"] == 0 || counts["eu-west"] == 0 {
+		t.Fatalf("no placement reached us-east: %v", counts)
+	}
+
+	// NATS unreachable: the node takes no new work (503, Retry-After),
+	// not even what it could run itself.
+	nodes[0].stopNATS()
+	nodes[1].stopNATS()
+	for {
+		_, err = nodes[0].client("alice").Submit(ctx, command(), 0)
+		if errors.As(err, &ce) && ce.Status == 503 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !errors.As(err, &ce) || ce.Status != 503 || ce.Code != "unavailable" || ce.RetryAfter != 2*time.Second ||
+		!strings.HasPrefix(ce.Message, "unavailable: the cluster is unreachable from this node (NATS ") {
+		t.Fatalf("with NATS unreachable: %v", err)
+	}
+}

@@ -1,0 +1,102 @@
+package cluster
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// MaxPayload is the largest message the embedded server carries: the
+// largest a NATS server allows. A dispatched invocation or a record larger
+// than the connection's limit is refused as too large, never cut.
+const MaxPayload = 64 << 20
+
+// EmbeddedOptions configure an embedded NATS server.
+type EmbeddedOptions struct {
+	// Name is the server's name in its NATS cluster (the node's name).
+	Name string
+	// Region tags the server "region:<region>", for stream placement.
+	Region string
+	// Listen is the client address (host:port; port 0 picks a free one).
+	Listen string
+	// ClusterListen is the route address; empty means no NATS cluster.
+	ClusterListen string
+	// ClusterName names the NATS cluster.
+	ClusterName string
+	// Routes are the other servers' route URLs.
+	Routes []string
+	// StoreDir holds JetStream's files.
+	StoreDir string
+}
+
+// Embedded is a NATS server in this process.
+type Embedded struct {
+	ns *server.Server
+}
+
+// StartEmbedded starts a NATS server with JetStream and waits until it
+// accepts connections.
+func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
+	host, port, err := hostPort(o.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: nats listen %q: %w", o.Listen, err)
+	}
+	opts := &server.Options{
+		ServerName: o.Name, Host: host, Port: port,
+		JetStream: true, StoreDir: o.StoreDir,
+		MaxPayload: MaxPayload, NoSigs: true, NoLog: true,
+		// No HTTP monitoring, no leaf nodes, no websocket: loopback
+		// clients and routes only.
+	}
+	if o.Region != "" {
+		opts.Tags = []string{"region:" + o.Region}
+	}
+	if o.ClusterListen != "" {
+		ch, cp, err := hostPort(o.ClusterListen)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: nats cluster_listen %q: %w", o.ClusterListen, err)
+		}
+		opts.Cluster = server.ClusterOpts{Name: o.ClusterName, Host: ch, Port: cp}
+		opts.Routes = server.RoutesFromStr(strings.Join(o.Routes, ","))
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: nats server: %w", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("cluster: the embedded nats server did not start listening on %s", o.Listen)
+	}
+	return &Embedded{ns: ns}, nil
+}
+
+// ClientURL is where clients connect.
+func (e *Embedded) ClientURL() string { return e.ns.ClientURL() }
+
+// Shutdown stops the server and waits until it has.
+func (e *Embedded) Shutdown() {
+	e.ns.Shutdown()
+	e.ns.WaitForShutdown()
+}
+
+// hostPort splits a listen address; port 0 becomes the server's "pick a
+// free port" (-1: 0 means the default port to NATS).
+func hostPort(addr string) (string, int, error) {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		return "", 0, err
+	}
+	if n == 0 {
+		n = server.RANDOM_PORT
+	}
+	return h, n, nil
+}

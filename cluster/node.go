@@ -1,0 +1,256 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/store"
+)
+
+// Names of the cluster's KV buckets and subjects.
+const (
+	nodesBucket      = "wovyr-nodes"
+	placementsBucket = "wovyr-placements"
+	workPrefix       = "wovyr.work."
+	nodePrefix       = "wovyr.node."
+)
+
+// Options configure a Node. Every zero field is documented.
+type Options struct {
+	// Name is the node's name in the registry; unique in the cluster.
+	Name string
+	// Region and Zone are the node's (operator config). A node without a
+	// region takes no dispatched work.
+	Region, Zone string
+	// URL is the NATS to connect to (an embedded server's ClientURL or an
+	// external one).
+	URL string
+	// Heartbeat is how often the registry entry is renewed; an entry older
+	// than 3 heartbeats is not live. Zero means 1s.
+	Heartbeat time.Duration
+	// AcceptTimeout bounds how long Dispatch waits for a node of the
+	// region to take an invocation (claim and record it). Zero means 10s.
+	AcceptTimeout time.Duration
+	// Retention is how long a placement (id → node) is kept for GET.
+	// Zero means 24h.
+	Retention time.Duration
+	// Replicas is how many NATS servers hold each stream and bucket: 3 in
+	// a NATS cluster of three or more keeps the cluster serving when one
+	// server stops. Zero means 1.
+	Replicas int
+	// Capacity is what the node advertises it can run at once.
+	Capacity int
+	// Required is the strength an invocation's policy requires on this
+	// deployment (manager.Manager.Required). Nil means the trust class's
+	// default floor.
+	Required func(sandbox.Policy) sandbox.Strength
+	// Logger receives the node's logs. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Backend is one backend a node certified and offers.
+type Backend struct {
+	Name     string                 `json:"name"`
+	Strength sandbox.Strength       `json:"strength"`
+	Kinds    []sandbox.WorkloadKind `json:"kinds"`
+}
+
+// Executor is what a node runs dispatched work with: the server's normal
+// path (package server's *Server).
+type Executor interface {
+	// Accept records inv durably as queued (admission, selection and the
+	// store, as for a local submit) and returns the record.
+	Accept(ctx context.Context, inv *sandbox.Invocation) (store.Invocation, error)
+	// Record returns the tenant's record id, waiting up to wait for it to
+	// end; store.ErrNotFound for another tenant's.
+	Record(ctx context.Context, tenant, id string, wait time.Duration) (store.Invocation, error)
+	// Certified lists the backends available and certified here.
+	Certified(ctx context.Context) []Backend
+}
+
+// Node is this daemon in its cluster. Create it with Connect, start taking
+// work with Serve, and Close it.
+type Node struct {
+	o      Options
+	log    *slog.Logger
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	nodes  jetstream.KeyValue
+	places jetstream.KeyValue
+	reg    *registry
+
+	mu      sync.Mutex
+	serving bool
+}
+
+// Connect connects to NATS and opens (creating where missing) the
+// registry and placement buckets. It retries while JetStream is not yet
+// ready (a NATS cluster electing its leader) until ctx ends.
+func Connect(ctx context.Context, o Options) (*Node, error) {
+	if o.Name == "" || !sandbox.ValidRegion(o.Name) {
+		return nil, fmt.Errorf("cluster: node name %q must match %s", o.Name, sandbox.RegionRE)
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = time.Second
+	}
+	if o.AcceptTimeout <= 0 {
+		o.AcceptTimeout = 10 * time.Second
+	}
+	if o.Retention <= 0 {
+		o.Retention = 24 * time.Hour
+	}
+	o.Replicas = max(o.Replicas, 1)
+	n := &Node{o: o, log: o.Logger}
+	if n.log == nil {
+		n.log = slog.Default()
+	}
+	n.log = n.log.With("node", o.Name)
+	nc, err := nats.Connect(o.URL, nats.Name("wovyr "+o.Name), nats.MaxReconnects(-1),
+		nats.ReconnectWait(200*time.Millisecond), nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: connect: %w", err)
+	}
+	n.nc = nc
+	if n.js, err = jetstream.New(nc); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("cluster: jetstream: %w", err)
+	}
+	err = retry(ctx, func(ctx context.Context) error {
+		var err error
+		n.nodes, err = n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: nodesBucket,
+			Description: "wovyr nodes: one entry per live node, renewed every heartbeat", History: 1,
+			TTL: 3 * o.Heartbeat, Storage: jetstream.MemoryStorage, Replicas: o.Replicas})
+		if err != nil {
+			return err
+		}
+		n.places, err = n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: placementsBucket,
+			Description: "wovyr placements: invocation id → the node that holds its record", History: 1,
+			TTL: o.Retention, Storage: jetstream.FileStorage, Replicas: o.Replicas})
+		return err
+	})
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("cluster: buckets: %w", err)
+	}
+	if n.reg, err = watchRegistry(ctx, n.nodes, 3*o.Heartbeat, n.log); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// Serve registers the node and takes its region's work for the backends
+// ex certified, until ctx ends; then it stops taking work, deregisters and
+// returns. Work already taken goes on in ex.
+func (n *Node) Serve(ctx context.Context, ex Executor) error {
+	n.mu.Lock()
+	if n.serving {
+		n.mu.Unlock()
+		return errors.New("cluster: Serve called twice")
+	}
+	n.serving = true
+	n.mu.Unlock()
+	backends := ex.Certified(ctx)
+	getSub, err := n.nc.Subscribe(nodePrefix+n.o.Name+".get", func(m *nats.Msg) { go n.answerGet(ctx, ex, m) })
+	if err != nil {
+		return fmt.Errorf("cluster: subscribe: %w", err)
+	}
+	defer getSub.Unsubscribe()
+	var stops []func()
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	if n.o.Region != "" {
+		if stops, err = n.consume(ctx, ex, backends); err != nil {
+			return err
+		}
+	}
+	info := Info{Name: n.o.Name, Region: n.o.Region, Zone: n.o.Zone, Backends: backends, Capacity: n.o.Capacity, Started: time.Now()}
+	if err := n.heartbeat(ctx, info); err != nil {
+		return err
+	}
+	n.log.Info("cluster node serving", "region", n.o.Region, "backends", len(backends))
+	t := time.NewTicker(n.o.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			// Deregister first, so dispatchers stop choosing this node,
+			// then stop the consumers (deferred).
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			_ = n.nodes.Delete(dctx, n.o.Name)
+			cancel()
+			return nil
+		case <-t.C:
+			if err := n.heartbeat(ctx, info); err != nil && ctx.Err() == nil {
+				n.log.Warn("cluster heartbeat", "error", err)
+			}
+		}
+	}
+}
+
+func (n *Node) heartbeat(ctx context.Context, info Info) error {
+	info.Seen = time.Now()
+	b, err := encode(info)
+	if err != nil {
+		return err
+	}
+	hctx, cancel := context.WithTimeout(ctx, n.o.Heartbeat)
+	defer cancel()
+	_, err = n.nodes.Put(hctx, n.o.Name, b)
+	return err
+}
+
+// Reachable is nil while the node is connected to NATS, else an
+// unavailable error: without NATS it cannot know which regions are live,
+// publish, or record where its work is, so it takes no new work.
+func (n *Node) Reachable() error {
+	if n.nc.Status() != nats.CONNECTED {
+		return sandbox.Errorf(unavailable, "", "the cluster is unreachable from this node (NATS %s); retry", strings.ToLower(n.nc.Status().String()))
+	}
+	return nil
+}
+
+// LiveRegions are the regions with a live node now, sorted.
+func (n *Node) LiveRegions() []string { return n.reg.liveRegions(time.Now()) }
+
+// Live is every live node's registry entry, by name.
+func (n *Node) Live() []Info { return n.reg.live(time.Now()) }
+
+// Close disconnects. Call it after Serve has returned.
+func (n *Node) Close() {
+	n.reg.close()
+	n.nc.Close()
+}
+
+// retry runs fn until it succeeds or ctx ends, backing off from 50ms:
+// JetStream answers "temporarily unavailable" while a NATS cluster elects
+// its meta leader.
+func retry(ctx context.Context, fn func(context.Context) error) error {
+	wait := 50 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := fn(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}

@@ -1,0 +1,197 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/store"
+)
+
+// placement is a wovyr-placements entry: who holds the record, for whom,
+// and what the cluster knows of its end.
+type placement struct {
+	Node       string    `json:"node"`
+	Region     string    `json:"region,omitempty"`
+	Tenant     string    `json:"tenant"`
+	SpecDigest string    `json:"spec_digest,omitempty"`
+	Created    time.Time `json:"created"`
+	// State is set when the holder recorded the end (Ended).
+	State store.State `json:"state,omitempty"`
+	// Lost is why the cluster gave the invocation up: its node stopped
+	// answering before it ended. Final: once set, every node answers lost.
+	Lost   string    `json:"lost,omitempty"`
+	LostAt time.Time `json:"lost_at,omitzero"`
+}
+
+// lostReason is a placement's Lost for a node that left mid-invocation.
+func lostReason(node string) string {
+	return "node-lost: node " + node + " stopped answering while it ran"
+}
+
+// Placed records that this node holds rec (a local submit).
+func (n *Node) Placed(ctx context.Context, rec store.Invocation) error {
+	pl, _ := json.Marshal(placement{Node: n.o.Name, Region: n.o.Region, Tenant: rec.Tenant, SpecDigest: rec.SpecDigest, Created: rec.Created})
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err := n.places.Create(ctx, rec.ID, pl)
+	return err
+}
+
+// Ended records in the placement that the record id ended in st, so that
+// a node that then dies is not taken to have died mid-invocation.
+func (n *Node) Ended(ctx context.Context, id string, st store.State) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return n.updatePlacement(ctx, id, func(pl *placement) bool {
+		if pl.Lost != "" || pl.Node != n.o.Name {
+			return false
+		}
+		pl.State = st
+		return true
+	})
+}
+
+// Get returns the tenant's record id from the node that holds it. A node
+// that is no longer live and never recorded the end loses it: the
+// placement is marked lost once, for good, and every node answers the
+// same lost record.
+func (n *Node) Get(ctx context.Context, tenant, id string, wait time.Duration) (store.Invocation, error) {
+	pl, _, err := n.placement(ctx, id)
+	if err != nil {
+		return store.Invocation{}, err
+	}
+	if pl.Tenant != tenant {
+		return store.Invocation{}, store.ErrNotFound // another tenant's: as missing
+	}
+	if pl.Lost != "" {
+		return lostRecord(id, pl), nil
+	}
+	rec, err := n.ask(ctx, pl.Node, getRequest{Tenant: tenant, ID: id, Wait: wait})
+	if err == nil || errors.Is(err, store.ErrNotFound) || n.isLive(pl.Node) {
+		return rec, err
+	}
+	if pl.State.Terminal() {
+		return store.Invocation{}, sandbox.Errorf(unavailable, "", "invocation %s ended (%s) on node %s, which is not live now; its record is there", id, pl.State, pl.Node)
+	}
+	var lost placement
+	err = n.updatePlacement(ctx, id, func(p *placement) bool {
+		if p.Lost == "" && !p.State.Terminal() {
+			p.Lost, p.LostAt = lostReason(p.Node), time.Now()
+		}
+		lost = *p
+		return true
+	})
+	if err != nil {
+		return store.Invocation{}, sandbox.Wrap(unavailable, err, "node %s, which holds the record, is gone", pl.Node)
+	}
+	if lost.Lost == "" {
+		return store.Invocation{}, sandbox.Errorf(unavailable, "", "invocation %s ended (%s) on node %s, which is not live now; its record is there", id, lost.State, lost.Node)
+	}
+	n.log.Warn("invocation lost with its node", "id", id, "tenant", tenant, "holder", pl.Node)
+	return lostRecord(id, lost), nil
+}
+
+func (n *Node) isLive(node string) bool {
+	for _, in := range n.Live() {
+		if in.Name == node {
+			return true
+		}
+	}
+	return false
+}
+
+// lostRecord is the record every node answers for an invocation the
+// cluster lost with its node.
+func lostRecord(id string, pl placement) store.Invocation {
+	return store.Invocation{ID: id, Tenant: pl.Tenant, SpecDigest: pl.SpecDigest, State: store.Lost,
+		Transitions: []store.Transition{{State: store.Queued, At: pl.Created}, {State: store.Lost, At: pl.LostAt}},
+		Created:     pl.Created, Where: store.Where{Region: pl.Region, Node: pl.Node},
+		Result: &sandbox.Result{ID: id, ExitCode: -1, Class: sandbox.Lost, Error: pl.Lost}}
+}
+
+// placement reads id's entry and its revision.
+func (n *Node) placement(ctx context.Context, id string) (placement, uint64, error) {
+	var pl placement
+	if !sandbox.ValidTenant(id) {
+		return pl, 0, store.ErrNotFound
+	}
+	var raw []byte
+	var rev uint64
+	e, err := n.places.Get(ctx, id)
+	switch {
+	case err == nil:
+		raw, rev = e.Value(), e.Revision()
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		// A KV get may be answered by a replica that has not seen the
+		// placement yet (direct get); the stream's leader has.
+		if raw, rev, err = n.leaderGet(ctx, id); err != nil {
+			return pl, 0, err
+		}
+	default:
+		return pl, 0, sandbox.Wrap(unavailable, err, "cluster unreachable")
+	}
+	if err := json.Unmarshal(raw, &pl); err != nil {
+		return pl, 0, store.ErrNotFound
+	}
+	return pl, rev, nil
+}
+
+// updatePlacement applies fn to id's entry with compare-and-set, retrying
+// a lost race a few times; fn returns false to leave it.
+func (n *Node) updatePlacement(ctx context.Context, id string, fn func(*placement) bool) error {
+	for range 5 {
+		pl, rev, err := n.placement(ctx, id)
+		if err != nil {
+			return err
+		}
+		if !fn(&pl) {
+			return nil
+		}
+		b, _ := json.Marshal(pl)
+		if _, err = n.places.Update(ctx, id, b, rev); err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+	}
+	return errors.New("cluster: placement update lost every race")
+}
+
+// leaderGet reads id's placement from the placements stream's leader:
+// the JetStream API's message get, which (unlike a direct get) only the
+// leader answers. A missing or deleted key is store.ErrNotFound.
+func (n *Node) leaderGet(ctx context.Context, id string) ([]byte, uint64, error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + placementsBucket + "." + id})
+	m, err := n.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+placementsBucket, req)
+	if err != nil {
+		return nil, 0, sandbox.Wrap(unavailable, err, "cluster unreachable")
+	}
+	var resp struct {
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Data []byte `json:"data"`
+		} `json:"message"`
+		Error *struct {
+			Code int `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, 0, sandbox.Wrap(sandbox.BackendFailure, err, "unreadable placement")
+	}
+	if resp.Error != nil && resp.Error.Code == 404 {
+		return nil, 0, store.ErrNotFound
+	}
+	if resp.Error != nil || resp.Message == nil {
+		return nil, 0, sandbox.Errorf(unavailable, "", "the cluster could not read the placement of %s", id)
+	}
+	if len(resp.Message.Data) == 0 { // a delete marker
+		return nil, 0, store.ErrNotFound
+	}
+	return resp.Message.Data, resp.Message.Seq, nil
+}

@@ -1,0 +1,154 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Info is a node's registry entry.
+type Info struct {
+	Name     string    `json:"name"`
+	Region   string    `json:"region"`
+	Zone     string    `json:"zone,omitempty"`
+	Backends []Backend `json:"backends"`
+	Capacity int       `json:"capacity"`
+	Started  time.Time `json:"started"`
+	// Seen is when the node wrote this entry: the heartbeat.
+	Seen time.Time `json:"seen"`
+}
+
+// registry is the live view of wovyr-nodes, kept by a KV watcher and, in
+// case the watcher stalls (its consumer lost while a NATS server of the
+// bucket stops), by re-reading every entry each ttl/3. An entry counts as
+// live while its heartbeat is younger than ttl: the bucket's own expiry
+// removes old entries without telling watchers.
+type registry struct {
+	ttl    time.Duration
+	mu     sync.Mutex
+	byID   map[string]Info
+	stop   context.CancelFunc
+	done   chan struct{} // the watcher's goroutine ended
+	polled chan struct{} // the poller's goroutine ended
+}
+
+// close stops the watcher and the poller and waits for both.
+func (r *registry) close() {
+	r.stop()
+	<-r.done
+	<-r.polled
+}
+
+func watchRegistry(ctx context.Context, kv jetstream.KeyValue, ttl time.Duration, log *slog.Logger) (*registry, error) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w, err := kv.WatchAll(wctx)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("cluster: watch registry: %w", err)
+	}
+	r := &registry{ttl: ttl, byID: map[string]Info{}, stop: cancel, done: make(chan struct{})}
+	ready := make(chan struct{})
+	go func() {
+		defer close(r.done)
+		defer w.Stop()
+		once := sync.OnceFunc(func() { close(ready) })
+		defer once()
+		for e := range w.Updates() {
+			if e == nil { // the initial values are in
+				once()
+				continue
+			}
+			r.apply(e, log)
+		}
+	}()
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		cancel()
+		<-r.done
+		return nil, ctx.Err()
+	}
+	r.polled = make(chan struct{})
+	go func() {
+		defer close(r.polled)
+		t := time.NewTicker(max(ttl/3, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+				r.poll(wctx, kv, ttl, log)
+			}
+		}
+	}()
+	return r, nil
+}
+
+// poll re-reads every entry, bounded by ttl.
+func (r *registry) poll(ctx context.Context, kv jetstream.KeyValue, ttl time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, ttl)
+	defer cancel()
+	keys, err := kv.Keys(ctx)
+	if err != nil {
+		return // none, or NATS trouble: the watcher's view stands
+	}
+	for _, k := range keys {
+		if e, err := kv.Get(ctx, k); err == nil {
+			r.apply(e, log)
+		}
+	}
+}
+
+func (r *registry) apply(e jetstream.KeyValueEntry, log *slog.Logger) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(r.byID, e.Key())
+		return
+	}
+	if old, ok := r.byID[e.Key()]; ok && !e.Created().After(old.Seen) {
+		return // the poller read what the watcher had, or older
+	}
+	var in Info
+	if err := json.Unmarshal(e.Value(), &in); err != nil {
+		log.Warn("cluster registry: unreadable entry", "key", e.Key(), "error", err)
+		return
+	}
+	// The bucket's time, not the writer's clock, says how fresh it is.
+	in.Seen = e.Created()
+	r.byID[e.Key()] = in
+}
+
+func (r *registry) live(now time.Time) []Info {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Info
+	for _, in := range r.byID {
+		if now.Sub(in.Seen) < r.ttl {
+			out = append(out, in)
+		}
+	}
+	slices.SortFunc(out, func(a, b Info) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+func (r *registry) liveRegions(now time.Time) []string {
+	var out []string
+	for _, in := range r.live(now) {
+		if in.Region != "" {
+			out = append(out, in.Region)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func encode(v any) ([]byte, error) { return json.Marshal(v) }

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/wovyr/wovyr/config"
+	"github.com/wovyr/wovyr/plugin"
+	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/server"
+)
+
+// TestPluginCLI: install, list, call (typed arguments, a bad one, a trap)
+// and rm, as an operator and a user type them, against a daemon whose
+// plugin host trusts the test key from its config.
+func TestPluginCLI(t *testing.T) {
+	key := ed25519.NewKeyFromSeed([]byte("wovyr cli plugin test key, 32 b."))
+	cfg := config.Plugins{TrustKeys: map[string]string{"ops": base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))}}
+	host, err := newPluginHost(cfg, t.TempDir(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := memDaemonWith(t, func(o *server.Options) { o.Plugins = host })
+	t.Cleanup(host.Close)
+
+	dir := t.TempDir()
+	comp := filepath.Join(dir, "calc.wasm")
+	wasm, err := os.ReadFile("../../plugin/testdata/calc/calc.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(comp, wasm, 0o644)
+	m := &plugin.Manifest{Name: "calc", Component: plugin.Digest(wasm), Trust: sandbox.Internal}
+	plugin.Sign(m, "ops", key)
+	mb, _ := json.Marshal(m)
+	manifest := filepath.Join(dir, "calc.json")
+	os.WriteFile(manifest, mb, 0o644)
+
+	run := func(token string, args ...string) (string, string, int) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		sc := &sessionCtx{g: &globals{stateDir: t.TempDir()}, group: "plugin", stdout: &out, stderr: &errb}
+		if len(args) > 0 {
+			args = append([]string{args[0], "--remote", url, "--token", token}, args[1:]...)
+		}
+		code := sc.dispatchGroup(context.Background(), args, pluginCommands, "")
+		return out.String(), errb.String(), code
+	}
+	if _, errs, code := run("tok", "install", comp, "--manifest", manifest); code != exitBackendFailure || errs != "wovyr: forbidden: this needs an admin token\n" {
+		t.Fatalf("install as alice: %d %q", code, errs)
+	}
+	if out, errs, code := run("ops-tok", "install", comp, "--manifest", manifest); code != 0 || !strings.Contains(out, `"signed_by": "ops"`) {
+		t.Fatalf("install: %d %q %q", code, out, errs)
+	}
+	for _, s := range []struct {
+		args           []string
+		stdout, stderr string
+		code           int
+	}{
+		{[]string{"call", "calc", "add", "--args", `{"a": 40, "b": 2}`}, "42\n", "", 0},
+		{[]string{"call", "calc", "swap", "--args", `[{"x": 1, "y": 2}]`}, "{\"x\":2,\"y\":1}\n", "", 0},
+		{[]string{"call", "calc", "add", "--args", `{"a": 40}`}, "", "wovyr: bad-input (args.b): missing argument b: expected u32\n", exitBadInput},
+		{[]string{"call", "calc", "crash"}, "", "wovyr: plugin call ended trap: error while executing at wasm backtrace:: wasm trap: wasm `unreachable` instruction executed\n", exitBackendFailure},
+		{[]string{"call", "calc", "spin", "--args", `{"n": 0}`}, "", "wovyr: plugin call ran out of fuel: fuel exhausted after 1000000000 units\n", exitOutOfFuel},
+		{[]string{"rm", "calc"}, "", "", 0},
+		{[]string{"call", "calc", "add"}, "", "wovyr: not-found: no plugin \"calc\"\n", exitBadInput},
+	} {
+		token := "tok"
+		if s.args[0] == "rm" {
+			token = "ops-tok"
+		}
+		out, errs, code := run(token, s.args...)
+		if out != s.stdout || errs != s.stderr || code != s.code {
+			t.Errorf("wovyr plugin %v: stdout %q stderr %q exit %d, want %q %q %d", s.args, out, errs, code, s.stdout, s.stderr, s.code)
+		}
+		if s.args[0] == "call" && code == 0 && s.args[2] == "add" {
+			lst, _, _ := run("tok", "list")
+			if !strings.Contains(lst, "calc  internal  -             add         func(a: u32, b: u32) -> u32") {
+				t.Errorf("list:\n%s", lst)
+			}
+		}
+	}
+}

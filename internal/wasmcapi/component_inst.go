@@ -1,0 +1,196 @@
+package wasmcapi
+
+/*
+#include <stdlib.h>
+#include "component.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// CallEnd says how a component call ended.
+type CallEnd int
+
+// How a call can end; the values mirror component.h.
+const (
+	CallOK        CallEnd = C.WOVYR_CEND_OK
+	CallTrap      CallEnd = C.WOVYR_CEND_TRAP
+	CallTimeout   CallEnd = C.WOVYR_CEND_TIMEOUT
+	CallCancelled CallEnd = C.WOVYR_CEND_CANCELLED
+	CallOutOfFuel CallEnd = C.WOVYR_CEND_OUT_OF_FUEL
+	CallNoFunc    CallEnd = C.WOVYR_CEND_NO_FUNC
+	CallBadArgs   CallEnd = C.WOVYR_CEND_BAD_ARGS
+)
+
+var callEndNames = map[CallEnd]string{CallOK: "ok", CallTrap: "trap", CallTimeout: "timeout",
+	CallCancelled: "cancelled", CallOutOfFuel: "out-of-fuel", CallNoFunc: "no-func", CallBadArgs: "bad-args"}
+
+func (e CallEnd) String() string {
+	if s, ok := callEndNames[e]; ok {
+		return s
+	}
+	return fmt.Sprintf("end(%d)", int(e))
+}
+
+// ErrPoisoned is returned by Call on an instance whose earlier call did not
+// end OK: after a trap the component model forbids re-entering it, and
+// after a timeout its state is whatever the guest left half done.
+var ErrPoisoned = errors.New("wasmcapi: component instance is poisoned by an earlier failed call")
+
+// Limits bound one instance (store).
+type Limits struct {
+	Memory int64 // linear memory bytes per store; <= 0: the pool slot size
+	Tables int64 // table elements per store; <= 0: the pool limit
+}
+
+// Instance is one component instance in a store of its own. It is not safe
+// for concurrent use: one call at a time.
+type Instance struct {
+	comp     *Component
+	ptr      *C.wovyr_cinst
+	poisoned bool
+}
+
+// Instantiate makes a fresh instance of c, linked by l, in a new store.
+func (l *Linker) Instantiate(c *Component, lim Limits) (*Instance, error) {
+	mem, tab := C.int64_t(-1), C.int64_t(-1)
+	if lim.Memory > 0 {
+		mem = C.int64_t(lim.Memory)
+	}
+	if lim.Tables > 0 {
+		tab = C.int64_t(lim.Tables)
+	}
+	wasi := C.int(0)
+	if l.wasi {
+		wasi = 1
+	}
+	var msg *C.char
+	p := C.wovyr_cinst_new(l.engine.ptr, l.ptr, c.ptr, mem, tab, wasi, &msg)
+	if p == nil {
+		if msg == nil {
+			return nil, errors.New("wasmcapi: component instantiation failed")
+		}
+		defer C.free(unsafe.Pointer(msg))
+		return nil, newError(C.GoString(msg))
+	}
+	return &Instance{comp: c, ptr: p}, nil
+}
+
+// CallSpec bounds one call. The zero value is unmetered and has no deadline.
+type CallSpec struct {
+	Fuel uint64        // zero: unmetered
+	Wall time.Duration // zero: no deadline; cancellation still works
+}
+
+// CallResult is what a call produced.
+type CallResult struct {
+	End      CallEnd
+	Result   *Val // nil when the function returns nothing or the call failed
+	Message  string
+	FuelUsed uint64
+	Took     time.Duration
+}
+
+// Call calls f with args, which must already match f's parameter types
+// (package plugin checks them against the types). Any end but CallOK
+// poisons the instance. The engine's epoch ticker must run for Wall and
+// cancellation to act.
+func (in *Instance) Call(ctx context.Context, f *Export, args []Val, s CallSpec) (*CallResult, error) {
+	if in.poisoned {
+		return nil, ErrPoisoned
+	}
+	if len(args) != len(f.Type.Params) {
+		return nil, fmt.Errorf("wasmcapi: %s takes %d arguments, got %d", f.Name, len(f.Type.Params), len(args))
+	}
+	var encBuf [256]byte
+	enc := encodeVals(encBuf[:0], args)
+	var call C.wovyr_ccall
+	call._func = f.idx
+	call.args_len, call.nargs = C.size_t(len(enc)), C.size_t(len(args))
+	if f.Type.Result != nil {
+		call.has_result = 1
+	}
+	call.fuel = C.uint64_t(s.Fuel)
+	call.wall_ns = C.uint64_t(s.Wall.Nanoseconds())
+	in.ptr.cancel = 0
+	if ctx.Done() != nil {
+		cancel := (*int32)(unsafe.Pointer(&in.ptr.cancel))
+		stop := context.AfterFunc(ctx, func() { atomic.StoreInt32(cancel, 1) })
+		defer stop()
+	}
+	var out [256]byte
+
+	C.wovyr_cinst_call(in.ptr, &call, (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(enc))),
+		(*C.uint8_t)(unsafe.Pointer(&out[0])), C.size_t(len(out)))
+
+	if call.message != nil {
+		defer C.free(unsafe.Pointer(call.message))
+	}
+	if call.result != nil {
+		defer C.free(unsafe.Pointer(call.result))
+	}
+	r := &CallResult{End: CallEnd(call.end), FuelUsed: uint64(call.fuel_used), Took: time.Duration(call.call_ns)}
+	if call.message != nil {
+		r.Message = oneLine(C.GoString(call.message))
+	}
+	if r.End != CallOK {
+		in.poisoned = true
+		return r, nil
+	}
+	if call.has_result != 0 {
+		res := out[:call.result_len:call.result_len]
+		if call.result != nil {
+			res = unsafe.Slice((*byte)(unsafe.Pointer(call.result)), int(call.result_len))
+		}
+		v, err := decodeVal(res)
+		if err != nil {
+			in.poisoned = true
+			return nil, err
+		}
+		r.Result = &v
+	}
+	return r, nil
+}
+
+// Poisoned reports whether a failed call has made the instance unusable.
+func (in *Instance) Poisoned() bool { return in.poisoned }
+
+// Close frees the instance and its store. It is idempotent.
+func (in *Instance) Close() {
+	if in.ptr != nil {
+		C.wovyr_cinst_delete(in.ptr)
+		in.ptr = nil
+	}
+}
+
+// roundTrip passes vals through Wasmtime's own value representation and
+// back (the codec's test).
+func roundTrip(vals []Val) ([]Val, error) {
+	enc := encodeVals(nil, vals)
+	var out *C.uint8_t
+	var n C.size_t
+	in := C.CBytes(append(enc, 0)) // never empty
+	defer C.free(in)
+	ok := C.wovyr_cval_roundtrip((*C.uint8_t)(in), C.size_t(len(enc)), C.size_t(len(vals)), &out, &n)
+	defer C.free(unsafe.Pointer(out))
+	if ok == 0 {
+		return nil, errCodec
+	}
+	r := reader{C.GoBytes(unsafe.Pointer(out), C.int(n))}
+	res := make([]Val, len(vals))
+	for i := range res {
+		v, err := r.val(0)
+		if err != nil {
+			return nil, err
+		}
+		res[i] = v
+	}
+	return res, nil
+}

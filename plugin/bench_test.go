@@ -1,0 +1,170 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/wovyr/wovyr/internal/wasmcapi"
+)
+
+// The benchmarks pair wovyr's path with the bare Wasmtime C API in a C
+// loop (wasmcapi.RawLoop) in the same run, and report medians and the
+// ratio (DESIGN §8):
+//
+//	go test ./plugin -run '^$' -bench 'Instantiate|Call' -benchtime 20000x
+//	go test ./plugin -run '^$' -bench Load -benchtime 50x
+
+func report(b *testing.B, ours, raw []time.Duration) {
+	p := func(d []time.Duration, q float64) float64 {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return float64(s[int(q*float64(len(s)-1))].Nanoseconds())
+	}
+	b.ReportMetric(p(ours, 0.5), "p50-ns")
+	b.ReportMetric(p(ours, 0.99), "p99-ns")
+	b.ReportMetric(p(raw, 0.5), "raw-p50-ns")
+	b.ReportMetric(p(ours, 0.5)/p(raw, 0.5), "ratio")
+}
+
+// calcFromCache is calc deserialized from its serialized artifact, as a
+// restarted daemon has it, with a linker and its add export.
+func calcFromCache(b *testing.B) (*wasmcapi.Engine, *wasmcapi.Linker, *wasmcapi.Component, *wasmcapi.Export) {
+	e, err := wasmcapi.NewEngine(wasmcapi.EngineConfig{PoolSlots: 64, ComponentSlots: 16, MaxMemory: 64 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(e.Close)
+	c, err := e.CompileComponent(component(b, "calc"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	art, _ := c.Serialize()
+	c.Close()
+	if c, err = e.DeserializeComponent(art); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Close)
+	l, err := e.NewLinker(false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(l.Close)
+	add, _ := c.Func("add")
+	return e, l, c, add
+}
+
+// BenchmarkComponentInstantiate: a fresh instance (store, limits, fuel,
+// epoch deadline) of the cached calc component from the pool, and its
+// release.
+func BenchmarkComponentInstantiate(b *testing.B) {
+	_, l, c, add := calcFromCache(b)
+	ours := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		in, err := l.Instantiate(c, wasmcapi.Limits{Memory: 64 << 20})
+		if err != nil {
+			b.Fatal(err)
+		}
+		in.Close()
+		ours = append(ours, time.Since(t0))
+	}
+	b.StopTimer()
+	raw, err := l.RawLoop(c, add, wasmcapi.RawInstantiate, b.N)
+	if err != nil {
+		b.Fatal(err)
+	}
+	report(b, ours, raw)
+}
+
+// BenchmarkComponentCallAdd: add(40, 2) on one instance through wasmcapi
+// (typed values, the codec, fuel and deadline set per call).
+func BenchmarkComponentCallAdd(b *testing.B) {
+	_, l, c, add := calcFromCache(b)
+	in, err := l.Instantiate(c, wasmcapi.Limits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer in.Close()
+	args := []wasmcapi.Val{{Kind: wasmcapi.KindU32, Uint: 40}, {Kind: wasmcapi.KindU32, Uint: 2}}
+	ours := make([]time.Duration, 0, b.N)
+	ctx := context.Background()
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		r, err := in.Call(ctx, add, args, wasmcapi.CallSpec{Fuel: 1e6, Wall: time.Second})
+		if err != nil || r.Result.Uint != 42 {
+			b.Fatal(r, err)
+		}
+		ours = append(ours, time.Since(t0))
+	}
+	b.StopTimer()
+	raw, err := l.RawLoop(c, add, wasmcapi.RawCall, b.N)
+	if err != nil {
+		b.Fatal(err)
+	}
+	report(b, ours, raw)
+}
+
+// BenchmarkPluginCallAdd: the whole host path of one call, as the HTTP
+// API makes it: JSON arguments checked against the WIT signature, the
+// tenant's idle instance, the call, the JSON result.
+func BenchmarkPluginCallAdd(b *testing.B) {
+	h := newHost(b, Config{})
+	calc := component(b, "calc")
+	if _, err := h.Load(signed("calc", calc), calc); err != nil {
+		b.Fatal(err)
+	}
+	args := json.RawMessage(`{"a": 40, "b": 2}`)
+	ctx := context.Background()
+	ours := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		r, err := h.Call(ctx, "t", "calc", "add", args)
+		if err != nil || string(r.Value) != "42" {
+			b.Fatal(r, err)
+		}
+		ours = append(ours, time.Since(t0))
+	}
+	b.StopTimer()
+	_, l, c, add := calcFromCache(b)
+	raw, err := l.RawLoop(c, add, wasmcapi.RawCall, b.N)
+	if err != nil {
+		b.Fatal(err)
+	}
+	report(b, ours, raw)
+}
+
+// BenchmarkPluginLoadFromCache: installing calc on a host whose directory
+// holds its sealed artifact (a daemon restart), against compiling it.
+func BenchmarkPluginLoadFromCache(b *testing.B) {
+	dir := b.TempDir()
+	calc := component(b, "calc")
+	m := signed("calc", calc)
+	h := newHost(b, Config{Dir: dir})
+	cold := newHost(b, Config{})
+	if _, err := h.Load(m, calc); err != nil {
+		b.Fatal(err)
+	}
+	ours := make([]time.Duration, 0, b.N)
+	compile := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if _, err := h.Load(m, calc); err != nil {
+			b.Fatal(err)
+		}
+		ours = append(ours, time.Since(t0))
+		t0 = time.Now()
+		if _, err := cold.Load(m, calc); err != nil {
+			b.Fatal(err)
+		}
+		compile = append(compile, time.Since(t0))
+	}
+	b.StopTimer()
+	report(b, ours, compile) // here "raw" is a cold compile
+}

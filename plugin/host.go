@@ -1,0 +1,274 @@
+package plugin
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/wovyr/wovyr/internal/artifact"
+	"github.com/wovyr/wovyr/internal/wasmcapi"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// Config configures a Host. The zero value is usable: every zero field is
+// documented.
+type Config struct {
+	// Dir holds compiled components (sealed artifacts, see package
+	// internal/artifact), so a restart loads them in milliseconds instead of
+	// compiling. Empty means no disk cache.
+	Dir string
+	// Trust is the operator's signing keys. Nil trusts no key: only
+	// unsigned untrusted (or hostile) plugins can load, and only where
+	// their floor allows.
+	Trust *TrustStore
+	// Floors are the trust floors; the zero value is the defaults. The
+	// host runs components in-process at wasm strength, so a plugin whose
+	// class's floor is above wasm (untrusted, hostile by default) is
+	// refused with floor-unmet.
+	Floors sandbox.Floors
+	// Limits are every call's defaults and caps (a manifest may only lower
+	// them). Zero fields take Limits' documented defaults.
+	Limits Limits
+	// Slots is how many component instances may be live at once (the
+	// instance pool). Zero means 64.
+	Slots uint32
+	// MaxIdle is how many idle instances are kept per plugin and tenant
+	// for the next call. Zero means 2.
+	MaxIdle int
+	// EpochTick is how often deadlines and cancellation are checked. Zero
+	// means 1ms.
+	EpochTick time.Duration
+	// Log receives warnings (a discarded artifact). Nil discards them.
+	Log *slog.Logger
+}
+
+// Host loads component plugins and calls their functions in-process. It is
+// safe for concurrent use.
+type Host struct {
+	cfg    Config
+	engine *wasmcapi.Engine
+	bare   *wasmcapi.Linker // links nothing: for components without imports
+	wasi   *wasmcapi.Linker // links WASI 0.2; imports are gated at load
+
+	ticker *wasmcapi.EpochTicker // one for every call of the engine
+
+	mu      sync.Mutex
+	plugins map[string]*Plugin
+	closed  bool
+}
+
+// NewHost makes a host with its own engine and instance pool.
+func NewHost(cfg Config) (*Host, error) {
+	cfg.Limits = cfg.Limits.withDefaults()
+	if cfg.Slots == 0 {
+		cfg.Slots = 64
+	}
+	if cfg.MaxIdle == 0 {
+		cfg.MaxIdle = 2
+	}
+	if cfg.EpochTick == 0 {
+		cfg.EpochTick = time.Millisecond
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Dir != "" {
+		if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+			return nil, fmt.Errorf("plugin: %w", err)
+		}
+	}
+	// A component's core instances and memories come out of the same pool,
+	// so those get several slots per component instance.
+	e, err := wasmcapi.NewEngine(wasmcapi.EngineConfig{
+		PoolSlots: 4 * cfg.Slots, ComponentSlots: cfg.Slots,
+		MaxMemory: uint64(max(cfg.Limits.Memory, 64<<10)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("plugin: %w", err)
+	}
+	h := &Host{cfg: cfg, engine: e, plugins: map[string]*Plugin{}}
+	if h.bare, err = e.NewLinker(false); err == nil {
+		h.wasi, err = e.NewLinker(true)
+	}
+	if err != nil {
+		h.closeEngine()
+		return nil, fmt.Errorf("plugin: linker: %w", err)
+	}
+	h.ticker = e.StartEpochTicker(h.cfg.EpochTick)
+	return h, nil
+}
+
+func (h *Host) begin() { h.ticker.Begin() }
+
+func (h *Host) end() { h.ticker.End() }
+
+// Load checks m against wasm and installs the plugin under m.Name,
+// replacing one of that name (calls in flight finish on the old one).
+// Everything that can be refused is refused here, before anything runs:
+// a wrong digest, a signature the trust class needs, a floor above wasm,
+// limits above the host's, an invalid component, an import the manifest
+// does not grant (named), and a component that does not instantiate.
+func (h *Host) Load(m *Manifest, wasm []byte) (*Info, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	if d := Digest(wasm); d != m.Component {
+		return nil, sandbox.Errorf(sandbox.BadInput, "manifest.component", "the component's digest is %s, but the manifest names %s", d, m.Component)
+	}
+	if err := h.cfg.Trust.Check(m); err != nil {
+		return nil, err
+	}
+	if f := h.cfg.Floors.Of(m.Trust); f > sandbox.Wasm {
+		return nil, sandbox.Errorf(sandbox.FloorUnmet, "manifest.trust",
+			"%s plugins need %s strength or above; this node hosts plugins in-process at wasm strength", m.Trust, f)
+	}
+	lim, err := m.Limits.within(h.cfg.Limits)
+	if err != nil {
+		return nil, err
+	}
+	comp, err := h.compile(m.Component, wasm)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkImports(comp.Imports(), m.capabilities()); err != nil {
+		comp.Close()
+		return nil, err
+	}
+	p := &Plugin{host: h, manifest: *m, limits: lim, comp: comp, linker: h.bare, idle: map[string][]*wasmcapi.Instance{}}
+	p.manifest.Capabilities = m.capabilities()
+	if len(comp.Imports()) > 0 {
+		p.linker = h.wasi
+	}
+	in, err := p.linker.Instantiate(comp, wasmcapi.Limits{Memory: lim.Memory})
+	if err != nil {
+		comp.Close()
+		return nil, sandbox.Wrap(sandbox.BadInput, err, "the component does not instantiate")
+	}
+	in.Close()
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		comp.Close()
+		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "the plugin host is closed")
+	}
+	old := h.plugins[m.Name]
+	h.plugins[m.Name] = p
+	p.refs = 1 // the host's own reference
+	h.mu.Unlock()
+	if old != nil {
+		old.release()
+	}
+	return p.info(), nil
+}
+
+// compile loads the component's sealed artifact from Dir, or compiles it
+// (and seals the result there).
+func (h *Host) compile(digest string, wasm []byte) (*wasmcapi.Component, error) {
+	key := digest + "|" + h.engine.Config().CodeHash() + "|component|wasmtime-" + wasmcapi.Version
+	var path string
+	if h.cfg.Dir != "" {
+		path = filepath.Join(h.cfg.Dir, artifactName(key))
+		b, err := artifact.Read(path, key)
+		if err == nil {
+			if c, err := h.engine.DeserializeComponent(b); err == nil {
+				return c, nil
+			} else {
+				h.cfg.Log.Warn("plugin: wasmtime refused a sealed component; recompiling", "path", path, "err", err)
+			}
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			h.cfg.Log.Warn("plugin: discarding compiled component", "path", path, "err", err)
+		}
+		_ = os.Remove(path)
+	}
+	c, err := h.engine.CompileComponent(wasm)
+	if err != nil {
+		return nil, sandbox.Wrap(sandbox.BadInput, err, "invalid component")
+	}
+	if path != "" {
+		if b, err := c.Serialize(); err != nil || artifact.Write(path, key, b) != nil {
+			h.cfg.Log.Warn("plugin: cannot store compiled component", "path", path, "err", err)
+		}
+	}
+	return c, nil
+}
+
+// Remove uninstalls the plugin name; calls in flight finish first.
+func (h *Host) Remove(name string) error {
+	h.mu.Lock()
+	p := h.plugins[name]
+	delete(h.plugins, name)
+	h.mu.Unlock()
+	if p == nil {
+		return sandbox.Errorf(sandbox.NotFound, "", "no plugin %q", name)
+	}
+	p.release()
+	return nil
+}
+
+// List describes every installed plugin, by name.
+func (h *Host) List() []Info {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]Info, 0, len(h.plugins))
+	for _, p := range h.plugins {
+		out = append(out, *p.info())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// acquire returns the plugin name with a reference the caller releases.
+func (h *Host) acquire(name string) (*Plugin, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := h.plugins[name]
+	if p == nil {
+		return nil, sandbox.Errorf(sandbox.NotFound, "", "no plugin %q", name)
+	}
+	p.mu.Lock()
+	p.refs++
+	p.mu.Unlock()
+	return p, nil
+}
+
+// Close uninstalls every plugin and frees the engine. Calls must have
+// ended. It is idempotent.
+func (h *Host) Close() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.closed = true
+	ps := h.plugins
+	h.plugins = nil
+	h.mu.Unlock()
+	for _, p := range ps {
+		p.release()
+	}
+	h.ticker.Stop()
+	h.closeEngine()
+}
+
+func (h *Host) closeEngine() {
+	if h.bare != nil {
+		h.bare.Close()
+	}
+	if h.wasi != nil {
+		h.wasi.Close()
+	}
+	h.engine.Close()
+}
+
+func artifactName(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(h[:16]) + ".cwasm"
+}

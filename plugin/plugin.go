@@ -1,0 +1,199 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/wovyr/wovyr/internal/wasmcapi"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// Plugin is one loaded plugin: its compiled component and the idle
+// instances kept per tenant.
+type Plugin struct {
+	host     *Host
+	manifest Manifest
+	limits   Limits
+	comp     *wasmcapi.Component
+	linker   *wasmcapi.Linker
+
+	mu   sync.Mutex
+	refs int                             // the host's, and one per call in flight
+	idle map[string][]*wasmcapi.Instance // by tenant: state never crosses tenants
+}
+
+// Info describes an installed plugin.
+type Info struct {
+	Name         string             `json:"name"`
+	Component    string             `json:"component"`
+	Trust        sandbox.TrustClass `json:"trust"`
+	Capabilities []string           `json:"capabilities"`
+	Imports      []string           `json:"imports"`
+	Functions    []Function         `json:"functions"`
+	Limits       Limits             `json:"limits"`
+	SignedBy     string             `json:"signed_by,omitempty"`
+}
+
+// Function is an exported function and its WIT signature.
+type Function struct {
+	Name      string `json:"name"`
+	Signature string `json:"signature"` // "func(a: u32, b: u32) -> u32"
+}
+
+func (p *Plugin) info() *Info {
+	in := &Info{Name: p.manifest.Name, Component: p.manifest.Component, Trust: p.manifest.Trust,
+		Capabilities: append([]string{}, p.manifest.Capabilities...), Imports: p.comp.Imports(), Limits: p.limits}
+	if in.Imports == nil {
+		in.Imports = []string{}
+	}
+	if p.manifest.Signature != nil {
+		in.SignedBy = p.manifest.Signature.KeyID
+	}
+	for _, f := range p.comp.Funcs() {
+		in.Functions = append(in.Functions, Function{Name: f.Name, Signature: signature(f.Type)})
+	}
+	return in
+}
+
+func signature(ft *wasmcapi.FuncType) string {
+	var b strings.Builder
+	b.WriteString("func(")
+	for i, p := range ft.Params {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(p.Name + ": " + p.Type.String())
+	}
+	b.WriteString(")")
+	if ft.Result != nil {
+		b.WriteString(" -> " + ft.Result.String())
+	}
+	return b.String()
+}
+
+// release drops a reference; the last frees the instances and component.
+func (p *Plugin) release() {
+	p.mu.Lock()
+	p.refs--
+	last := p.refs == 0
+	idle := p.idle
+	if last {
+		p.idle = nil
+	}
+	p.mu.Unlock()
+	if !last {
+		return
+	}
+	for _, ins := range idle {
+		for _, in := range ins {
+			in.Close()
+		}
+	}
+	p.comp.Close()
+}
+
+// Result is how a call ended and what it returned.
+type Result struct {
+	// Value is the function's result in the JSON form of its WIT type
+	// (value_in.go); null when it returns nothing or the call failed.
+	Value json.RawMessage `json:"value"`
+	// End is "ok", "trap", "out-of-fuel", "timeout" or "cancelled".
+	End string `json:"end"`
+	// Error says what went wrong when End is not "ok".
+	Error    string `json:"error,omitempty"`
+	FuelUsed uint64 `json:"fuel_used"`
+	// Took is the call itself, instantiation excluded, in nanoseconds.
+	Took time.Duration `json:"took_ns"`
+	// Fresh says the call needed a new instance (none was idle).
+	Fresh bool `json:"fresh_instance"`
+}
+
+// Call calls fn of plugin name for tenant with JSON args. Arguments that
+// do not match fn's WIT signature are bad-input naming the parameter, and
+// nothing runs. A call that ends other than ok discards its instance (it
+// is poisoned); the tenant's next call gets a fresh one. Instances are kept
+// per tenant, so no state crosses tenants.
+func (h *Host) Call(ctx context.Context, tenant, name, fn string, args json.RawMessage) (*Result, error) {
+	p, err := h.acquire(name)
+	if err != nil {
+		return nil, err
+	}
+	defer p.release()
+	f, ok := p.comp.Func(fn)
+	if !ok {
+		names := make([]string, 0)
+		for _, e := range p.comp.Funcs() {
+			names = append(names, e.Name)
+		}
+		return nil, sandbox.Errorf(sandbox.BadInput, "func", "plugin %s exports no function %q (it exports %s)", name, fn, strings.Join(names, ", "))
+	}
+	if f.Type.Result != nil && f.Type.Result.Kind == wasmcapi.KindUnsupported {
+		return nil, sandbox.Errorf(sandbox.BadInput, "func", "%s returns %s, which cannot be written as JSON yet", fn, f.Type.Result)
+	}
+	vals, err := Args(f.Type, args)
+	if err != nil {
+		return nil, err
+	}
+	in, fresh, err := p.take(tenant)
+	if err != nil {
+		return nil, err
+	}
+	h.begin()
+	r, err := in.Call(ctx, f, vals, wasmcapi.CallSpec{Fuel: p.limits.Fuel, Wall: p.limits.wall()})
+	h.end()
+	if err != nil {
+		in.Close()
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "plugin call")
+	}
+	res := &Result{Value: json.RawMessage("null"), End: r.End.String(), FuelUsed: r.FuelUsed, Took: r.Took, Fresh: fresh}
+	if r.End != wasmcapi.CallOK {
+		in.Close()
+		res.Error = r.Message
+		if r.End == wasmcapi.CallOutOfFuel {
+			res.Error = "fuel exhausted after " + itoa(int(r.FuelUsed)) + " units"
+		}
+		return res, nil
+	}
+	if r.Result != nil {
+		if res.Value, err = Value(f.Type.Result, r.Result); err != nil {
+			in.Close()
+			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "plugin result")
+		}
+	}
+	p.put(tenant, in)
+	return res, nil
+}
+
+// take returns an idle instance of the tenant's, or a fresh one.
+func (p *Plugin) take(tenant string) (*wasmcapi.Instance, bool, error) {
+	p.mu.Lock()
+	if ins := p.idle[tenant]; len(ins) > 0 {
+		in := ins[len(ins)-1]
+		p.idle[tenant] = ins[:len(ins)-1]
+		p.mu.Unlock()
+		return in, false, nil
+	}
+	p.mu.Unlock()
+	in, err := p.linker.Instantiate(p.comp, wasmcapi.Limits{Memory: p.limits.Memory})
+	if err != nil {
+		// Load instantiated it once, so this is the pool (all slots busy).
+		return nil, false, sandbox.Wrap(sandbox.BackendFailure, err, "plugin instance")
+	}
+	return in, true, nil
+}
+
+// put keeps in for the tenant's next call, up to MaxIdle.
+func (p *Plugin) put(tenant string, in *wasmcapi.Instance) {
+	p.mu.Lock()
+	if p.idle != nil && len(p.idle[tenant]) < p.host.cfg.MaxIdle {
+		p.idle[tenant] = append(p.idle[tenant], in)
+		in = nil
+	}
+	p.mu.Unlock()
+	if in != nil {
+		in.Close()
+	}
+}

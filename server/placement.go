@@ -1,0 +1,206 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/wovyr/wovyr/cluster"
+	"github.com/wovyr/wovyr/config"
+	"github.com/wovyr/wovyr/pool"
+	"github.com/wovyr/wovyr/residency"
+	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/store"
+)
+
+// Cluster is what the server needs of the node's cluster (package
+// cluster): which regions have a live node, dispatch into one of them, and
+// the records other nodes hold.
+type Cluster interface {
+	// Reachable is nil while the cluster can be reached; else the typed
+	// error (unavailable: 503) that refuses new work meanwhile.
+	Reachable() error
+	// LiveRegions are the regions with at least one live node now.
+	LiveRegions() []string
+	// Dispatch hands inv (validated, with its tenant and id) to a node of
+	// region and returns its record once that node has recorded it
+	// durably, waiting up to wait for it to end. A typed refusal of that
+	// node (floor-unmet, rate-limited, …) is returned as it is.
+	Dispatch(ctx context.Context, region string, inv *sandbox.Invocation, wait time.Duration) (store.Invocation, error)
+	// Get returns the tenant's record id from the node that holds it,
+	// waiting up to wait for it to end; store.ErrNotFound if no node
+	// holds it for that tenant.
+	Get(ctx context.Context, tenant, id string, wait time.Duration) (store.Invocation, error)
+	// Placed tells the cluster that this node holds rec (a local
+	// submit), so that the other nodes can answer GET for it.
+	Placed(ctx context.Context, rec store.Invocation) error
+	// Ended tells the cluster that the record id this node holds ended
+	// in st: a node that dies afterwards did not lose it.
+	Ended(ctx context.Context, id string, st store.State) error
+	// Serve registers this node and takes its region's work through ex
+	// until ctx ends. Run calls it once the node is ready.
+	Serve(ctx context.Context, ex cluster.Executor) error
+}
+
+// Certified lists the backends available and certified on this node: what
+// it offers its cluster.
+func (s *Server) Certified(ctx context.Context) []cluster.Backend {
+	var out []cluster.Backend
+	for _, st := range s.mgr.Detect(ctx, false) {
+		b, ok := s.mgr.Backend(st.Name)
+		if ok && st.Capability.Available && st.Certified {
+			out = append(out, cluster.Backend{Name: b.Name(), Strength: b.Strength(), Kinds: b.Kinds()})
+		}
+	}
+	return out
+}
+
+// shared reports whether this node's records are the cluster's to find:
+// a node with a region in a cluster. A node without one (the default
+// single node, whose embedded NATS nobody else joins) keeps them to
+// itself and pays no NATS write per invocation.
+func (s *Server) shared() bool { return s.cluster != nil && s.cfg.Region != "" }
+
+// newResidency compiles the config's residency policy: once, at start-up,
+// so that a policy that does not compile stops the daemon before it serves.
+func newResidency(cfg config.Config) (*residency.Policy, error) {
+	return residency.New(residency.Options{Regions: cfg.Residency.Regions, Policy: cfg.Residency.Policy, DataClasses: cfg.Residency.DataClasses})
+}
+
+// keyFor is the key of the pool for tmpl on b on this node: its region's.
+func (s *Server) keyFor(b sandbox.Backend, tmpl sandbox.Template) pool.Key {
+	k := pool.KeyFor(b.Name(), tmpl)
+	k.Region = s.cfg.Region
+	return k
+}
+
+// place decides where inv runs: "" for this node, else the region to
+// dispatch it to. A node with a region evaluates every invocation's
+// residency (the tenant's policy may exclude its own region); a node
+// without one only those that ask for a region, which it then cannot
+// satisfy alone. The node's own region is preferred when it is allowed.
+func (s *Server) place(t *tenant, inv *sandbox.Invocation) (string, error) {
+	if s.cfg.Region == "" && inv.Policy.Residency.IsZero() {
+		return "", nil
+	}
+	allowed, err := s.allowed(t, inv.Policy.Residency)
+	if err != nil {
+		return "", err
+	}
+	if slices.Contains(allowed, s.cfg.Region) {
+		return "", nil
+	}
+	live := []string{}
+	if s.cluster != nil {
+		live = s.cluster.LiveRegions()
+	} else if s.cfg.Region != "" {
+		live = []string{s.cfg.Region}
+	}
+	region, err := residency.Place(allowed, live, s.cfg.Region)
+	if err != nil {
+		s.log.Info("residency refused", "id", inv.ID, "tenant", t.cfg.Name, "allowed", allowed, "live", live, "error", err.Error())
+		return "", err
+	}
+	return region, nil
+}
+
+// placeHere refuses what may not run on this node: a session lives on
+// the node that created it, so one whose residency excludes this node's
+// region is refused here, never run here.
+func (s *Server) placeHere(t *tenant, req sandbox.Residency) error {
+	if s.cfg.Region == "" && req.IsZero() {
+		return nil
+	}
+	allowed, err := s.allowed(t, req)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(allowed, s.cfg.Region) {
+		return &residency.UnmetError{Placing: true, Allowed: allowed, Live: []string{s.cfg.Region}}
+	}
+	return nil
+}
+
+func (s *Server) allowed(t *tenant, req sandbox.Residency) ([]string, error) {
+	return s.res.Allowed(residency.Tenant{Name: t.cfg.Name, Regions: t.cfg.Regions, Attributes: t.cfg.Attributes}, req)
+}
+
+// dispatch is submit for an invocation placed in another region: the
+// cluster hands it to a node there and answers with that node's record.
+func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, inv *sandbox.Invocation, region string, wait time.Duration) {
+	if s.closing.Load() {
+		s.writeError(w, sandbox.Errorf(Unavailable, "", "the daemon is shutting down"))
+		return
+	}
+	rec, err := s.cluster.Dispatch(r.Context(), region, inv, wait)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/invocations/"+inv.ID)
+	status := http.StatusAccepted
+	if rec.State.Terminal() {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, wire(rec))
+}
+
+// getRemote answers GET for a record this node does not hold: the node
+// that does answers through the cluster, for the same tenant only.
+func (s *Server) getRemote(w http.ResponseWriter, r *http.Request, t *tenant, id string, wait time.Duration) {
+	rec, err := s.cluster.Get(r.Context(), t.cfg.Name, id, wait)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			err = notFound(id, store.ErrNotFound)
+		}
+		s.writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire(rec))
+}
+
+// Accept is a dispatched invocation's arrival from the cluster: it takes
+// the same path as one submitted here (tenant's admission, selection,
+// the durable queued record) and returns that record. inv carries its
+// tenant and id; it is validated again, as nothing from the wire is
+// trusted, and its residency is checked again against this node's region.
+func (s *Server) Accept(ctx context.Context, inv *sandbox.Invocation) (store.Invocation, error) {
+	t := s.tenantNamed(inv.Tenant)
+	if t == nil {
+		return store.Invocation{}, sandbox.Errorf(sandbox.BadInput, "tenant", "tenant %q is not known to this node", inv.Tenant)
+	}
+	if err := inv.Validate(); err != nil {
+		return store.Invocation{}, err
+	}
+	if err := s.placeHere(t, inv.Policy.Residency); err != nil {
+		return store.Invocation{}, err
+	}
+	if _, err := s.submit(ctx, t, inv, time.Now(), false); err != nil {
+		return store.Invocation{}, err
+	}
+	return s.store.Get(inv.ID)
+}
+
+// Record is the tenant's record id on this node, waiting up to wait for it
+// to end; store.ErrNotFound for another tenant's, as for a missing one.
+func (s *Server) Record(ctx context.Context, tenant, id string, wait time.Duration) (store.Invocation, error) {
+	rec, err := s.store.Get(id)
+	if err != nil {
+		return rec, err
+	}
+	if rec.Tenant != tenant {
+		return store.Invocation{}, store.ErrNotFound
+	}
+	return s.waitDone(ctx, id, min(wait, s.cfg.MaxWait.D()))
+}
+
+func (s *Server) tenantNamed(name string) *tenant {
+	for _, t := range s.tenants {
+		if t.cfg.Name == name {
+			return t
+		}
+	}
+	return nil
+}

@@ -1,0 +1,176 @@
+package server_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/wovyr/wovyr/client"
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// tarFiles is an archive of files (name → content; a name ending in "/" a
+// directory).
+func tarFiles(t *testing.T, names []string, files map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, n := range names {
+		h := &tar.Header{Name: n, Mode: 0o644, Typeflag: tar.TypeReg, Size: int64(len(files[n]))}
+		if n[len(n)-1] == '/' {
+			h.Typeflag, h.Mode, h.Size = tar.TypeDir, 0o755, 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(tw, files[n])
+	}
+	tw.Close()
+	return buf.Bytes()
+}
+
+// untar reads an archive's regular files (name → content) and its names.
+func untar(t *testing.T, data []byte) (names []string, files map[string]string) {
+	t.Helper()
+	files = map[string]string{}
+	tr := tar.NewReader(bytes.NewReader(data))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return names, files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name)
+		b, _ := io.ReadAll(tr)
+		if h.Typeflag == tar.TypeReg {
+			files[h.Name] = string(b)
+		}
+	}
+}
+
+// archiveAndPause goes on from agentScenario's state (name holding data,
+// out.txt holding "hello agent\n", in sandbox sbID): the workspace as a
+// tar archive both ways, a refused archive that changes nothing, then a
+// pause (the sandbox gone from the host) and a resume by the next request
+// into a new sandbox with the workspace as it was. It returns the new
+// sandbox's id.
+func archiveAndPause(t *testing.T, h *harness, id, sbID, name string, data []byte) string {
+	t.Helper()
+	ctx := context.Background()
+	alice := h.client(aliceToken)
+	ar, err := alice.DownloadArchive(ctx, id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, files := untar(t, ar)
+	if slices.Sort(names); !slices.Equal(names, []string{name, "out.txt"}) || files[name] != string(data) || files["out.txt"] != "hello agent\n" {
+		t.Fatalf("the workspace's archive: %v %q", names, files)
+	}
+	vendor := tarFiles(t, []string{"pkg/", "pkg/lib.txt"}, map[string]string{"pkg/lib.txt": "lib v1\n"})
+	if err := alice.UploadArchive(ctx, id, "vendor", vendor); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := alice.Download(ctx, id, "vendor/pkg/lib.txt"); err != nil || string(got) != "lib v1\n" {
+		t.Fatalf("an extracted file: %q %v", got, err)
+	}
+	bad := tarFiles(t, []string{"fine.txt", "../escape"}, map[string]string{"fine.txt": "x", "../escape": "x"})
+	err = alice.UploadArchive(ctx, id, "", bad)
+	var ce *client.Error
+	if !errAs(err, &ce) || ce.Status != 400 || ce.Field != "path" || ce.Message != `bad-input (path): archive entry "../escape": path leaves the workspace` {
+		t.Fatalf("an archive with a path out: %v", err)
+	}
+	workspace := func() []string {
+		ents, err := alice.ListFiles(ctx, id, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range ents {
+			out = append(out, e.Path)
+		}
+		return out
+	}
+	if got := workspace(); !slices.Equal(got, []string{name, "out.txt", "vendor"}) {
+		t.Fatalf("the workspace after a refused archive: %v", got)
+	}
+
+	p, err := alice.PauseSession(ctx, id)
+	if err != nil || p.State != client.SessionPaused || p.Resume != "restart" || p.PausedBytes < int64(len(data)) {
+		t.Fatalf("pause: %+v %v", p, err)
+	}
+	assertSandboxGone(t, h.dir, sbID)
+	if ents, _ := os.ReadDir(filepath.Join(h.dir, "sessions")); len(ents) != 1 || ents[0].Name() != id+".tar" {
+		t.Fatalf("the kept workspaces: %v", ents)
+	}
+	if got := workspace(); !slices.Equal(got, []string{name, "out.txt", "vendor"}) {
+		t.Fatalf("the workspace after the resume: %v", got)
+	}
+	res, err := alice.Exec(ctx, id, &sandbox.Exec{Argv: []string{"cat", "out.txt", "vendor/pkg/lib.txt"}})
+	if err != nil || string(res.Stdout) != "hello agent\nlib v1\n" {
+		t.Fatalf("exec after the resume: %+v %v", res, err)
+	}
+	s, _ := alice.Session(ctx, id)
+	var tail []string
+	for _, tr := range s.Transitions[len(s.Transitions)-2:] {
+		tail = append(tail, tr.State+":"+tr.Reason)
+	}
+	if s.State != client.SessionRunning || !slices.Equal(tail, []string{"paused:requested", "running:resumed"}) {
+		t.Fatalf("after the resume: %+v (%v)", s, tail)
+	}
+	next := sessionSandbox(t, h.dir, name)
+	if next == sbID {
+		t.Fatalf("resumed in the sandbox %s it paused out of", sbID)
+	}
+	return next
+}
+
+// TestSessionPausedSurvivesRestart: a paused session is paused after the
+// daemon restarts, resumes with its files for its tenant, and is the
+// missing session's 404 for another.
+func TestSessionPausedSurvivesRestart(t *testing.T) {
+	var img string
+	dir := stateDir(t)
+	h := newHarnessWith(t, testConfig(), dir, containerSessions(t, &img))
+	ctx := context.Background()
+	alice := h.client(aliceToken)
+	s, err := alice.CreateSession(ctx, &client.SessionRequest{Policy: sandbox.Policy{Trust: sandbox.Trusted}, Limits: sandbox.Limits{Wall: 20 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.Upload(ctx, s.ID, "notes/plan.md", []byte("step 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.PauseSession(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.stop()
+	h2 := newHarnessWith(t, testConfig(), dir, containerSessions(t, &img))
+	alice = h2.client(aliceToken)
+	if got, err := alice.Session(ctx, s.ID); err != nil || got.State != client.SessionPaused {
+		t.Fatalf("after the restart: %+v %v", got, err)
+	}
+	_, err = h2.client(bobToken).ResumeSession(ctx, s.ID)
+	var ce *client.Error
+	if !errAs(err, &ce) || ce.Status != 404 || ce.Message != "not-found (id): no session "+s.ID {
+		t.Fatalf("bob resumes alice's session: %v", err)
+	}
+	if got, _ := alice.Session(ctx, s.ID); got.State != client.SessionPaused {
+		t.Fatalf("bob's resume changed it: %+v", got)
+	}
+	r, err := alice.ResumeSession(ctx, s.ID)
+	if err != nil || r.State != client.SessionRunning {
+		t.Fatalf("resume: %+v %v", r, err)
+	}
+	res, err := alice.Exec(ctx, s.ID, &sandbox.Exec{Argv: []string{"sh", "-c", "cat notes/plan.md; stat -c %a notes/plan.md"}})
+	if err != nil || string(res.Stdout) != "step 2\n600\n" {
+		t.Fatalf("exec after the restart and resume: %+v %v", res, err)
+	}
+}
