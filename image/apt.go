@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,7 +98,13 @@ func aptTree(ctx context.Context, dir string, set []string, progress io.Writer) 
 	if fi, err := os.Stat(filepath.Join(final, "rootfs")); err == nil && fi.IsDir() {
 		return filepath.Join(final, "rootfs"), nil
 	}
-	if err := os.MkdirAll(cache, 0o700); err != nil {
+	// The templates' directory first, and its missing ancestors, as
+	// Import makes them (0711: sandbox uids traverse them to their
+	// bundles); only the cache itself is root's alone.
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return "", err
+	}
+	if err := os.Mkdir(cache, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", err
 	}
 	tmp, err := os.MkdirTemp(cache, filepath.Base(final)+".tmp-")

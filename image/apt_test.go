@@ -94,3 +94,25 @@ func TestBuildAptFromCache(t *testing.T) {
 		t.Error("a failed build left its template")
 	}
 }
+
+// TestAptCacheKeepsAncestorsSearchable: the first build on a fresh
+// machine makes the templates' directory and its ancestors as Import
+// does, searchable by others (sandbox uids traverse them to their
+// bundles), and only the cache itself root's alone — even when the build
+// then fails (no debootstrap on PATH here).
+func TestAptCacheKeepsAncestorsSearchable(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "fresh", "state")
+	dir := filepath.Join(state, "images")
+	t.Setenv("PATH", t.TempDir())
+	if err := BuildApt(context.Background(), "uncached", dir, []string{"jq"}, nil); err == nil {
+		t.Fatal("built without debootstrap")
+	}
+	for _, d := range []string{filepath.Dir(state), state, dir} {
+		if fi, err := os.Stat(d); err != nil || fi.Mode().Perm() != 0o711 {
+			t.Errorf("%s: %v %v, want 0711", d, fi.Mode().Perm(), err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(dir, aptCacheDir)); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the cache: %v %v, want 0700", fi.Mode().Perm(), err)
+	}
+}
