@@ -58,6 +58,11 @@ const certCache = "/var/cache/wovyr-test/soak"
 // template when a backend needs it), from certCache where it still holds.
 func prepareState(t *testing.T, wovyr, guest, state string, backends []string) {
 	t.Helper()
+	// The shared parent as the OCI tests need it (o+x: sandbox uids
+	// traverse it), whichever test makes it first; the cache itself 0700.
+	if err := os.MkdirAll(filepath.Dir(certCache), 0o711); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.MkdirAll(certCache, 0o700); err != nil {
 		t.Fatal(err)
 	}
