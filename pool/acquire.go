@@ -68,6 +68,40 @@ func (p *Pool) Acquire(ctx context.Context) (*Lease, error) {
 	return p.lease(sb, false, start), nil
 }
 
+// AcquireFrom leases a sandbox that make builds outside the pool's
+// factory (a session's paused sandbox, restored) in one of the pool's
+// slots: it waits for a free slot as Acquire does, never takes a warm
+// sandbox, and counts as a cold acquire. Release destroys the sandbox or
+// resets it as after any use. A failed make frees the slot and does not
+// count against the pool's backend (the saved sandbox is the caller's).
+func (p *Pool) AcquireFrom(ctx context.Context, make func(context.Context) (sandbox.Sandbox, error)) (*Lease, error) {
+	start := time.Now()
+	if p.shut.Load() {
+		return nil, p.closedErr()
+	}
+	if err := p.sem.Acquire(ctx, 1); err != nil {
+		p.m.AcquireErrors.Add(1)
+		return nil, p.ctxErr(ctx.Err())
+	}
+	p.tookSlot()
+	if p.shut.Load() {
+		p.freeSlot()
+		return nil, p.closedErr()
+	}
+	sb, err := make(ctx)
+	if err == nil && sb == nil {
+		err = errors.New("pool: AcquireFrom: no sandbox was made")
+	}
+	if err != nil {
+		p.freeSlot()
+		p.m.AcquireErrors.Add(1)
+		return nil, err
+	}
+	l := p.lease(sb, false, start)
+	l.st.foreign = true
+	return l, nil
+}
+
 // wait blocks until a slot frees (it returns nil, nil and the caller holds
 // the slot), a sandbox comes back warm (it returns it), ctx ends or the pool
 // closes. The semaphore wait runs in a goroutine because it cannot select

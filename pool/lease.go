@@ -26,6 +26,7 @@ type leaseState struct {
 	warm     bool
 	acquired time.Time
 	used     atomic.Bool
+	foreign  bool // AcquireFrom's: a tenant's from the start, never warm
 	released atomic.Bool
 }
 
@@ -100,7 +101,7 @@ func (l *Lease) Release() error {
 	}
 	l.cleanup.Stop()
 	st.p.inUse.Add(-1)
-	return st.p.giveBack(st.sb, st.used.Load())
+	return st.p.giveBack(st.sb, st.used.Load() || st.foreign)
 }
 
 func (p *Pool) giveBack(sb sandbox.Sandbox, used bool) error {

@@ -49,15 +49,38 @@ type Pauser interface {
 // Resumer is implemented by backends whose sandboxes pause.
 type Resumer interface {
 	// Resume restores p for tenant into a sandbox that runs that tenant's
-	// invocations only; it consumes p. Another tenant gets ErrWrongTenant
+	// invocations only; p stays until Discard, so a resume that fails
+	// after the restore loses nothing. Another tenant gets ErrWrongTenant
 	// (a BadInput) and nothing is restored.
 	Resume(ctx context.Context, p Paused, tenant string) (Sandbox, error)
+	// Discard deletes p (its session ended while paused); a missing one
+	// is not an error.
+	Discard(ctx context.Context, p Paused) error
+	// PausedSandboxes lists the paused sandboxes the backend keeps, for a
+	// start-up that discards those no session owns.
+	PausedSandboxes(ctx context.Context) ([]Paused, error)
 }
 
 // Paused names a paused sandbox in its backend's store.
 type Paused struct {
 	Backend string `json:"backend"`
 	ID      string `json:"id"`
+	// Bytes is the size of its files, as Pause reported it (zero in a
+	// listing).
+	Bytes int64 `json:"bytes,omitempty"`
+}
+
+// PausedOf names the paused sandboxes of backend that ids lists.
+func PausedOf(backend string, ids func(backend string) ([]string, error)) ([]Paused, error) {
+	list, err := ids(backend)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Paused, len(list))
+	for i, id := range list {
+		out[i] = Paused{Backend: backend, ID: id}
+	}
+	return out, nil
 }
 
 // ErrWrongTenant says a tenant-bound sandbox or snapshot belongs to another

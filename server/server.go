@@ -191,6 +191,11 @@ func (s *Server) Recover(ctx context.Context) error {
 	if _, err := s.sessions.Recover(time.Now()); err != nil {
 		s.log.Error("recover sessions", "error", err)
 		errs = append(errs, fmt.Errorf("sessions: %w", err))
+	} else if err := s.mgr.ReconcilePaused(ctx, s.sessions.SavedSandboxes()); err != nil {
+		// Only after a whole recovery: a saved sandbox is a paused
+		// session's state until its record says otherwise.
+		s.log.Error("reconcile paused sandboxes", "error", err)
+		errs = append(errs, fmt.Errorf("paused sandboxes: %w", err))
 	}
 	s.restorePlugins()
 	for _, r := range s.recs {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/wovyr/wovyr/client"
+	"github.com/wovyr/wovyr/manager"
+	"github.com/wovyr/wovyr/pool"
 	"github.com/wovyr/wovyr/resource"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/session"
@@ -35,7 +37,7 @@ func newSessions(s *Server, dir string, log *slog.Logger) (*session.Manager, err
 		return nil
 	}}
 	if dir != "" {
-		cfg.Dir, cfg.Reacquire = dir, s.reacquireSession
+		cfg.Dir, cfg.Reacquire, cfg.Discard = dir, s.reacquireSession, s.mgr.Discard
 	}
 	return session.New(cfg)
 }
@@ -102,7 +104,7 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request, t *
 	}
 	defer s.adm.Done(tk)
 	v, err := s.sessions.Create(r.Context(), t.cfg.Name, b.Name(), sp, func(ctx context.Context, c *sandbox.Claim) (session.Held, error) {
-		return s.leaseSession(ctx, tk, b, c, "session not started")
+		return s.leaseSession(ctx, tk, b, c, nil, "session not started")
 	})
 	if err != nil {
 		s.writeError(w, err)
@@ -117,12 +119,22 @@ func (s *Server) sessionTicket(t *tenant, b sandbox.Backend, res resource.Vector
 }
 
 // leaseSession waits for tk's turn (admitted), then leases and holds a
-// sandbox of b from its pool for claim c.
-func (s *Server) leaseSession(ctx context.Context, tk Ticket, b sandbox.Backend, c *sandbox.Claim, what string) (session.Held, error) {
+// sandbox of b from its pool for claim c: a fresh one, or where from is
+// set the session's saved sandbox, restored through the manager into a
+// slot of that same pool.
+func (s *Server) leaseSession(ctx context.Context, tk Ticket, b sandbox.Backend, c *sandbox.Claim, from *sandbox.Paused, what string) (session.Held, error) {
 	if err := s.adm.Acquire(ctx, tk); err != nil {
 		return session.Held{}, sandbox.Wrap(sandbox.Killed, err, "%s", what)
 	}
-	lease, err := s.acquire(ctx, b, c.Invocation())
+	var lease *pool.Lease
+	p, err := s.poolFor(b, manager.TemplateFor(c.Invocation()))
+	if err == nil && from == nil {
+		lease, err = p.Acquire(ctx)
+	} else if err == nil {
+		lease, err = p.AcquireFrom(ctx, func(ctx context.Context) (sandbox.Sandbox, error) {
+			return s.mgr.Resume(ctx, b, c.Policy, sandbox.KindSession, *from, c.Tenant)
+		})
+	}
 	if err != nil {
 		return session.Held{}, err
 	}
@@ -140,7 +152,7 @@ func (s *Server) leaseSession(ctx context.Context, tk Ticket, b sandbox.Backend,
 // below the floor the policy now requires — the resume is refused with the
 // same floor-unmet error a creation would get, and the session stays
 // paused. Then it is admitted and leased as a creation is.
-func (s *Server) reacquireSession(ctx context.Context, tenantName, backend string, c *sandbox.Claim) (session.Held, error) {
+func (s *Server) reacquireSession(ctx context.Context, tenantName, backend string, c *sandbox.Claim, from *sandbox.Paused) (session.Held, error) {
 	t := s.tenantNamed(tenantName)
 	b, ok := s.mgr.Backend(backend)
 	if t == nil || !ok {
@@ -154,7 +166,7 @@ func (s *Server) reacquireSession(ctx context.Context, tenantName, backend strin
 		return session.Held{}, err
 	}
 	defer s.adm.Done(tk)
-	return s.leaseSession(ctx, tk, b, c, "session not resumed")
+	return s.leaseSession(ctx, tk, b, c, from, "session not resumed")
 }
 
 // sessionFit is PauseUnfit's question: may backend still hold a session

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -102,16 +103,49 @@ func archiveAndPause(t *testing.T, h *harness, id, sbID, name string, data []byt
 		t.Fatalf("the workspace after a refused archive: %v", got)
 	}
 
+	// gVisor pauses by snapshot (runsc checkpoint): its background
+	// process survives. runc's sandbox cannot: its workspace is kept.
+	before, _ := alice.Session(ctx, id)
+	snap := before.Backend == "gvisor"
+	bg, err := alice.StartBackground(ctx, id, &sandbox.Exec{ID: "sleeper", Argv: []string{"sleep", "600"}})
+	if err != nil || bg.Pid <= 1 {
+		t.Fatalf("background: %+v %v", bg, err)
+	}
 	p, err := alice.PauseSession(ctx, id)
-	if err != nil || p.State != client.SessionPaused || p.Resume != "restart" || p.PausedBytes < int64(len(data)) {
+	if err != nil || p.State != client.SessionPaused || p.PausedBytes < int64(len(data)) {
 		t.Fatalf("pause: %+v %v", p, err)
 	}
 	assertSandboxGone(t, h.dir, sbID)
-	if ents, _ := os.ReadDir(filepath.Join(h.dir, "sessions")); len(ents) != 1 || ents[0].Name() != id+".tar" {
-		t.Fatalf("the kept workspaces: %v", ents)
+	kept, _ := os.ReadDir(filepath.Join(h.dir, "sessions"))
+	saved, _ := filepath.Glob(filepath.Join(h.dir, "snapshots", "paused", "gvisor", "*"))
+	if snap {
+		if p.Resume != "snapshot" || len(kept) != 0 || len(saved) != 1 {
+			t.Fatalf("a gVisor pause: resume %q, kept workspaces %v, saved sandboxes %v; want a snapshot only", p.Resume, kept, saved)
+		}
+	} else if p.Resume != "restart" || len(kept) != 1 || kept[0].Name() != id+".tar" || len(saved) != 0 {
+		t.Fatalf("a container pause: resume %q, kept workspaces %v, saved sandboxes %v; want the workspace only", p.Resume, kept, saved)
 	}
 	if got := workspace(); !slices.Equal(got, []string{name, "out.txt", "vendor"}) {
 		t.Fatalf("the workspace after the resume: %v", got)
+	}
+	if left, _ := filepath.Glob(filepath.Join(h.dir, "snapshots", "paused", "gvisor", "*")); len(left) != 0 {
+		t.Errorf("saved sandboxes after the resume: %v", left)
+	}
+	ps, err := alice.Process(ctx, id, "sleeper")
+	if snap && (err != nil || ps.State != "running" || ps.Pid != bg.Pid) {
+		t.Fatalf("the background process after a snapshot resume: %+v %v, want running as pid %d", ps, err, bg.Pid)
+	}
+	if !snap && (err != nil || ps.State != "killed") {
+		t.Fatalf("the background process after a restart resume: %+v %v, want killed", ps, err)
+	}
+	if snap {
+		alive, err := alice.Exec(ctx, id, &sandbox.Exec{Argv: []string{"sh", "-c", fmt.Sprintf("test -d /proc/%d && echo alive", bg.Pid)}})
+		if err != nil || string(alive.Stdout) != "alive\n" {
+			t.Fatalf("pid %d after the resume: %+v %v", bg.Pid, alive, err)
+		}
+	}
+	if _, err := alice.KillProcess(ctx, id, "sleeper"); err != nil && snap {
+		t.Fatal(err)
 	}
 	res, err := alice.Exec(ctx, id, &sandbox.Exec{Argv: []string{"cat", "out.txt", "vendor/pkg/lib.txt"}})
 	if err != nil || string(res.Stdout) != "hello agent\nlib v1\n" {

@@ -53,8 +53,14 @@ type Config struct {
 	// Reacquire leases the new sandbox of a resuming session of tenant on
 	// backend, the one it was created on, to be claimed for c: the daemon
 	// refuses (typed) while the backend may not hold the session, then
-	// admits and leases as for Create.
-	Reacquire func(ctx context.Context, tenant, backend string, c *sandbox.Claim) (Held, error)
+	// admits and leases as for Create — a fresh sandbox, or where from is
+	// set the session's saved sandbox restored for tenant (snapshot.go),
+	// which is NotFound if the backend no longer has it.
+	Reacquire func(ctx context.Context, tenant, backend string, c *sandbox.Claim, from *sandbox.Paused) (Held, error)
+	// Discard deletes a saved sandbox that no session needs any more. With
+	// it (and Dir and Reacquire), a session whose sandbox can be saved
+	// whole (sandbox.Pauser) pauses by snapshot, keeping its processes.
+	Discard func(ctx context.Context, p sandbox.Paused) error
 }
 
 // Manager keeps this daemon's sessions. It is safe for concurrent use.
@@ -64,8 +70,9 @@ type Manager struct {
 	log   *slog.Logger
 	now   func() time.Time
 	dir   string
-	// reacquire: Config.Reacquire.
-	reacquire func(context.Context, string, string, *sandbox.Claim) (Held, error)
+	// reacquire, discard: Config's.
+	reacquire func(context.Context, string, string, *sandbox.Claim, *sandbox.Paused) (Held, error)
+	discard   func(context.Context, sandbox.Paused) error
 
 	mu     sync.Mutex
 	live   map[string]*live // creating and running sessions
@@ -108,7 +115,7 @@ func New(cfg Config) (*Manager, error) {
 		return nil, errors.New("session: a store is required")
 	}
 	m := &Manager{st: cfg.Store, admit: cfg.Admit, log: cfg.Logger, now: cfg.Now, dir: cfg.Dir, reacquire: cfg.Reacquire,
-		live: map[string]*live{}}
+		discard: cfg.Discard, live: map[string]*live{}}
 	if m.dir != "" {
 		if err := os.MkdirAll(m.dir, 0o700); err != nil {
 			return nil, fmt.Errorf("session: %w", err)
@@ -252,7 +259,13 @@ func (m *Manager) end(l *live, state store.SessionState, reason string, now time
 		}
 	}
 	m.endBackground(l, "its session ended")
-	err := m.recordWith(l, state, reason, now, func(r *store.Session) { r.PausedBytes = 0 })
+	l.mu.Lock()
+	saved := l.rec.Paused
+	l.mu.Unlock()
+	err := m.recordWith(l, state, reason, now, func(r *store.Session) { r.Paused, r.PausedBytes = nil, 0 })
+	if saved != nil && m.discard != nil {
+		m.discardPaused(l, *saved)
+	}
 	if err != nil {
 		m.log.Error("record session end", "id", l.id, "tenant", l.tenant, "state", state, "reason", reason, "error", err)
 	}
@@ -515,7 +528,13 @@ func (m *Manager) Recover(now time.Time) ([]string, error) {
 	}
 	var ids []string
 	var errs []error
-	if _, err := m.st.InterruptExecs(now); err != nil {
+	keep := map[string]bool{} // sessions paused by snapshot: their processes are saved
+	for i := range recs {
+		if pausedBySnapshot(&recs[i]) {
+			keep[recs[i].ID] = true
+		}
+	}
+	if _, err := m.st.InterruptExecs(now, func(session string) bool { return keep[session] }); err != nil {
 		errs = append(errs, fmt.Errorf("session: recover execs: %w", err))
 	}
 	paused := map[string]bool{}

@@ -99,6 +99,9 @@ type fixture struct {
 	st    *store.Store
 	boxes []*fakeBox
 	now   time.Time
+	// snapCfg and fresh: snapshotting's configuration and Acquire.
+	snapCfg Config
+	fresh   Acquire
 }
 
 func newFixture(t *testing.T, quota int) *fixture {

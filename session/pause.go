@@ -121,6 +121,9 @@ func (m *Manager) turn(tenant, id string) (*live, error) {
 func (m *Manager) pause(ctx context.Context, l *live, reason string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
+	if done, err := m.pauseSnapshot(ctx, l, reason); done {
+		return err
+	}
 	fr, err := l.sb.File(ctx, &sandbox.FileOp{Op: sandbox.FileArchive, Max: maxPausedBytes})
 	if err != nil {
 		if sandbox.ClassOf(err) == sandbox.BackendFailure {
@@ -159,6 +162,12 @@ func (m *Manager) resume(ctx context.Context, l *live, reason string) error {
 	if !m.canPause() {
 		return sandbox.Errorf(sandbox.Conflict, "", "session %s is paused and this daemon keeps no paused sessions", l.id)
 	}
+	l.mu.Lock()
+	rec := l.rec
+	l.mu.Unlock()
+	if pausedBySnapshot(&rec) {
+		return m.resumeSnapshot(ctx, l, reason, *rec.Paused)
+	}
 	data, err := os.ReadFile(m.archivePath(l.id))
 	if errors.Is(err, fs.ErrNotExist) {
 		m.end(l, store.SessionEnded, ReasonWorkspaceLost, m.now())
@@ -167,25 +176,9 @@ func (m *Manager) resume(ctx context.Context, l *live, reason string) error {
 	if err != nil {
 		return sandbox.Wrap(sandbox.BackendFailure, err, "read the workspace of session %s", l.id)
 	}
-	l.mu.Lock()
-	c := l.rec.Claim
-	l.mu.Unlock()
-	held, err := m.reacquire(ctx, l.tenant, l.backend, &c)
+	ss, fail, err := m.reopen(ctx, l, nil)
 	if err != nil {
 		return err
-	}
-	fail := func(err error) error {
-		if rerr := held.Release(); rerr != nil {
-			m.log.Error("session sandbox release", "id", l.id, "tenant", l.tenant, "error", rerr)
-		}
-		return err
-	}
-	ss, ok := held.Sandbox.(sandbox.Session)
-	if !ok {
-		return fail(sandbox.Errorf(sandbox.BackendFailure, "", "backend %s cannot hold a session", l.backend))
-	}
-	if err := ss.Open(ctx, &c); err != nil {
-		return fail(err)
 	}
 	if _, err := ss.File(ctx, &sandbox.FileOp{Op: sandbox.FileExtract, Data: data}); err != nil {
 		return fail(sandbox.Wrap(sandbox.BackendFailure, err, "restore the workspace of session %s", l.id))
@@ -194,7 +187,6 @@ func (m *Manager) resume(ctx context.Context, l *live, reason string) error {
 	if err != nil {
 		return fail(sandbox.Wrap(sandbox.BackendFailure, err, "record session"))
 	}
-	l.sb, l.release = ss, held.Release
 	if err := os.Remove(m.archivePath(l.id)); err != nil {
 		m.log.Warn("remove a resumed session's workspace", "id", l.id, "error", err) // reconciled at start-up
 	}
@@ -203,10 +195,48 @@ func (m *Manager) resume(ctx context.Context, l *live, reason string) error {
 	return nil
 }
 
+// reopen leases paused l's new sandbox through Config.Reacquire (from: its
+// saved sandbox) and opens it with the session's claim. The session is
+// l's once open; fail gives the sandbox back for a later step's failure
+// and returns err.
+func (m *Manager) reopen(ctx context.Context, l *live, from *sandbox.Paused) (_ sandbox.Session, fail func(error) error, _ error) {
+	l.mu.Lock()
+	c := l.rec.Claim
+	l.mu.Unlock()
+	held, err := m.reacquire(ctx, l.tenant, l.backend, &c, from)
+	if err != nil {
+		return nil, nil, err
+	}
+	fail = func(err error) error {
+		l.sb, l.release = nil, nil
+		if rerr := held.Release(); rerr != nil {
+			m.log.Error("session sandbox release", "id", l.id, "tenant", l.tenant, "error", rerr)
+		}
+		return err
+	}
+	ss, ok := held.Sandbox.(sandbox.Session)
+	if !ok {
+		return nil, nil, fail(sandbox.Errorf(sandbox.BackendFailure, "", "backend %s cannot hold a session", l.backend))
+	}
+	if err := ss.Open(ctx, &c); err != nil {
+		return nil, nil, fail(err)
+	}
+	l.sb, l.release = ss, held.Release
+	return ss, fail, nil
+}
+
 // recoverPaused makes rec, a paused session found at start-up, live again
 // (paused): or ends it, workspace-lost, if its archive is gone.
 func (m *Manager) recoverPaused(rec store.Session, now time.Time) error {
-	_, err := os.Stat(m.archivePath(rec.ID))
+	var err error
+	var bg map[string]store.Exec
+	if pausedBySnapshot(&rec) {
+		// Its backend checks the saved sandbox at the resume; its
+		// background execs are in it, still running.
+		bg, err = m.runningBackground(rec.ID)
+	} else {
+		_, err = os.Stat(m.archivePath(rec.ID))
+	}
 	if m.dir == "" {
 		err = errors.New("this daemon keeps no paused sessions")
 	}
@@ -219,7 +249,7 @@ func (m *Manager) recoverPaused(rec store.Session, now time.Time) error {
 	c := rec.Claim
 	sp := Spec{Image: c.Image, Limits: c.Limits, Policy: c.Policy, Resources: c.Resources,
 		IdleTimeout: rec.IdleTimeout, MaxLifetime: rec.MaxLifetime}
-	l := &live{id: rec.ID, tenant: rec.Tenant, backend: rec.Backend, spec: sp, rec: rec, lastActive: now, runs: map[string]*run{}}
+	l := &live{id: rec.ID, tenant: rec.Tenant, backend: rec.Backend, spec: sp, rec: rec, lastActive: now, runs: map[string]*run{}, bg: bg}
 	m.mu.Lock()
 	m.live[l.id] = l
 	m.mu.Unlock()

@@ -30,7 +30,7 @@ func (fx *fixture) pausing(t *testing.T) (dir string, refuse *error) {
 
 func (fx *fixture) pausingConfig(dir string, refuse *error) Config {
 	return Config{Store: fx.st, Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return fx.now }, Dir: dir,
-		Reacquire: func(ctx context.Context, tenant, backend string, c *sandbox.Claim) (Held, error) {
+		Reacquire: func(ctx context.Context, tenant, backend string, c *sandbox.Claim, _ *sandbox.Paused) (Held, error) {
 			if *refuse != nil {
 				return Held{}, *refuse
 			}

@@ -71,6 +71,9 @@ type PausedBuild struct {
 // Path is a file name inside the build (0600 each).
 func (b *PausedBuild) Path(name string) string { return filepath.Join(b.dir, name) }
 
+// Dir is the build's directory, for a tool that writes its files there.
+func (b *PausedBuild) Dir() string { return b.dir }
+
 // Commit checks the files, writes the record and moves it into place.
 func (b *PausedBuild) Commit() (*PausedRecord, error) {
 	if err := checkPrivate(b.dir); err != nil {
@@ -126,6 +129,27 @@ func (s *Store) RemovePaused(backend, id string) error {
 		return fmt.Errorf("snapshot: %w", err)
 	}
 	return nil
+}
+
+// PausedIDs lists the committed paused sandboxes of backend.
+func (s *Store) PausedIDs(backend string) ([]string, error) {
+	if !backendRE.MatchString(backend) {
+		return nil, fmt.Errorf("snapshot: bad backend name %q", backend)
+	}
+	ents, err := os.ReadDir(filepath.Join(s.dir, "paused", backend))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	var ids []string
+	for _, e := range ents {
+		if pausedIDRE.MatchString(e.Name()) {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
 }
 
 // ReconcilePaused removes the paused-sandbox builds of backend that a dead

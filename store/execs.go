@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -107,9 +108,31 @@ func (s *Store) GetExec(session, id string) (Exec, error) {
 	return rec, err
 }
 
+// RunningExecs returns session's execs that are not terminal, in id order.
+func (s *Store) RunningExecs(session string) ([]Exec, error) {
+	var out []Exec
+	prefix := []byte(execKey(session, ""))
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketExecs).Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			var rec Exec
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return err
+			}
+			if !rec.State.Terminal() {
+				out = append(out, rec)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
 // InterruptExecs turns every running exec into interrupted, as start-up
-// does after a stop, and returns how many it changed.
-func (s *Store) InterruptExecs(now time.Time) (int, error) {
+// does after a stop, and returns how many it changed; the background execs
+// of a session keep names stay running (a session paused by snapshot,
+// whose processes are in its saved sandbox).
+func (s *Store) InterruptExecs(now time.Time, keep func(session string) bool) (int, error) {
 	n := 0
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bucketExecs)
@@ -118,7 +141,7 @@ func (s *Store) InterruptExecs(now time.Time) (int, error) {
 			if err := json.Unmarshal(v, &rec); err != nil {
 				return err
 			}
-			if rec.State.Terminal() {
+			if rec.State.Terminal() || rec.Background && keep != nil && keep(rec.Session) {
 				return nil
 			}
 			rec.State, rec.Ended = ExecInterrupted, now

@@ -43,8 +43,18 @@ func TestExecRecords(t *testing.T) {
 	if err := put(st.BeginExec, Exec{ID: "e3", Session: "s1", State: ExecRunning}); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := st.InterruptExecs(now.Add(2 * time.Hour)); err != nil || n != 1 {
+	if err := put(st.BeginExec, Exec{ID: "e4", Session: "s2", State: ExecRunning, Background: true}); err != nil {
+		t.Fatal(err)
+	}
+	keep := func(session string) bool { return session == "s2" } // paused by snapshot
+	if n, err := st.InterruptExecs(now.Add(2*time.Hour), keep); err != nil || n != 1 {
 		t.Fatalf("interrupt: %d %v", n, err)
+	}
+	if recs, err := st.RunningExecs("s2"); err != nil || len(recs) != 1 || recs[0].ID != "e4" || recs[0].State != ExecRunning {
+		t.Fatalf("a kept session's execs after interrupt: %+v %v", recs, err)
+	}
+	if recs, err := st.RunningExecs("s1"); err != nil || len(recs) != 0 {
+		t.Fatalf("running execs of s1 after interrupt: %+v %v", recs, err)
 	}
 	if rec, _ := st.GetExec("s1", "e3"); rec.State != ExecInterrupted || rec.Result.Class != sandbox.Lost {
 		t.Fatalf("e3 after interrupt: %+v", rec)

@@ -49,9 +49,12 @@ type Session struct {
 	EndReason   string              `json:"end_reason,omitempty"`
 	Transitions []SessionTransition `json:"transitions"`
 	// Resume says how the session was last paused, and so how it resumes:
+	// ResumeSnapshot (its sandbox saved whole, processes and all) or
 	// ResumeRestart (its workspace kept, a fresh sandbox started over it;
 	// its processes do not survive). Empty until its first pause.
 	Resume string `json:"resume,omitempty"`
+	// Paused names the saved sandbox of a session paused by snapshot.
+	Paused *sandbox.Paused `json:"paused,omitempty"`
 	// PausedBytes is the size of the kept workspace while it is paused.
 	PausedBytes int64 `json:"paused_bytes,omitempty"`
 }
@@ -60,6 +63,11 @@ type Session struct {
 // snapshot a live sandbox: its workspace is kept on disk and a fresh
 // sandbox of the same backend, claimed the same way, resumes it.
 const ResumeRestart = "restart"
+
+// ResumeSnapshot is Session.Resume for a session whose sandbox was saved
+// whole (sandbox.Pauser): it resumes with its files and its processes as
+// they were.
+const ResumeSnapshot = "snapshot"
 
 // BeginSession records rec, which must be new: an id is never recorded
 // twice.

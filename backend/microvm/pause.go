@@ -149,9 +149,6 @@ func (b *Backend) Resume(ctx context.Context, ps sandbox.Paused, tenant string) 
 	if err != nil {
 		return nil, err
 	}
-	if err := store.RemovePaused(b.Name(), ps.ID); err != nil {
-		b.cfg.Logger.Warn("microvm: resumed, but the paused copy stays", "paused", ps.ID, "err", err)
-	}
 	return s, nil
 }
 
@@ -159,3 +156,21 @@ var (
 	_ sandbox.Pauser  = (*vmSandbox)(nil)
 	_ sandbox.Resumer = (*Backend)(nil)
 )
+
+// Discard implements sandbox.Resumer.
+func (b *Backend) Discard(ctx context.Context, ps sandbox.Paused) error {
+	store, err := b.snapshots()
+	if err != nil {
+		return err
+	}
+	return store.RemovePaused(b.Name(), ps.ID)
+}
+
+// PausedSandboxes implements sandbox.Resumer.
+func (b *Backend) PausedSandboxes(ctx context.Context) ([]sandbox.Paused, error) {
+	store, err := b.snapshots()
+	if err != nil {
+		return nil, err
+	}
+	return sandbox.PausedOf(b.Name(), store.PausedIDs)
+}

@@ -60,8 +60,14 @@ func TestPauseIsTheTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Destroy(ctx)
+	if _, err := os.Stat(dir); err != nil {
+		t.Errorf("the paused copy is gone before its Discard: %v", err)
+	}
+	if err := b.Discard(ctx, p); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the paused copy survives its resume: %v", err)
+		t.Errorf("the paused copy survives its Discard: %v", err)
 	}
 	other := inv("/bin/true")
 	other.Tenant = "globex"

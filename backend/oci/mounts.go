@@ -18,8 +18,9 @@ import (
 
 // assembleRootfs builds dir/rootfs: the template, idmapped into ids as a
 // read-only overlay lower layer, under a throw-away upper layer on a tmpfs
-// of disk bytes (DESIGN §5's recipe). dir must exist.
-func assembleRootfs(template, dir string, ids idmap.Range, ns *os.File, disk int64, weak battery.Weakness) (err error) {
+// of disk bytes (DESIGN §5's recipe), which fill, if not nil, fills first
+// (a resumed sandbox's, pause.go). dir must exist.
+func assembleRootfs(template, dir string, ids idmap.Range, ns *os.File, disk int64, weak battery.Weakness, fill func(data string) error) (err error) {
 	naive := weak == NaiveRootfs
 	flags, idflags := uintptr(unix.MS_NOSUID|unix.MS_NODEV), uint64(idmap.ReadOnly|idmap.NoSuid|idmap.NoDev)
 	if weak == SuidRoot {
@@ -44,6 +45,12 @@ func assembleRootfs(template, dir string, ids idmap.Range, ns *os.File, disk int
 	// The upper root becomes the sandbox's "/": owned by its root.
 	if err := os.Chown(data, int(ids.HostUID), int(ids.HostGID)); err != nil {
 		return err
+	}
+	if fill != nil {
+		// A resumed sandbox's upper layer, before the overlay is mounted.
+		if err := fill(data); err != nil {
+			return fmt.Errorf("upper layer: %w", err)
+		}
 	}
 	if err := idmap.Mount(template, lower, ns, idflags); err != nil {
 		return err

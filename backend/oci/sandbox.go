@@ -172,7 +172,13 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 		if err != nil {
 			return err
 		}
-		if err := assembleRootfs(rootfs, s.dir, s.slot.ids, ns, lim.Disk, b.weak); err != nil {
+		var fill func(data string) error
+		if p := how.paused; p != nil {
+			fill = func(data string) error {
+				return loadUpper(ctx, p.rec.Path(pausedUpper), data, p.meta.IDs, s.slot.ids)
+			}
+		}
+		if err := assembleRootfs(rootfs, s.dir, s.slot.ids, ns, lim.Disk, b.weak, fill); err != nil {
 			return err
 		}
 		if rootWeakness(b.weak) {
@@ -205,7 +211,7 @@ func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, l
 	if err := step("ready", func() error { return s.ready(ctx) }); err != nil {
 		return nil, err
 	}
-	if (b.cfg.Pooled || how.capture) && how.from == nil {
+	if (b.cfg.Pooled || how.capture) && how.from == nil && how.paused == nil {
 		if err := step("warm-up", func() error { return s.warmUp(ctx) }); err != nil {
 			return nil, err
 		}
@@ -276,7 +282,7 @@ func (s *Sandbox) writeSpec() error {
 		joinSlot(spec, s.netnsPath(), s.resolvPath())
 	}
 	gpuEdits(s.boot.gpus).apply(spec)
-	if !s.boot.cold() {
+	if s.boot.identified() {
 		if err := s.identityMounts(spec); err != nil {
 			return err
 		}
@@ -382,8 +388,8 @@ func (s *Sandbox) runCommand(global, flags []string) (cmd *exec.Cmd, release fun
 		return nil, nil, err
 	}
 	verb := []string{"run"}
-	if g := s.boot.from; g != nil {
-		verb = []string{"restore", "--image-path", g.disk.Dir}
+	if img := s.boot.image(); img != "" {
+		verb = []string{"restore", "--image-path", img}
 		if s.d.restoreCheck {
 			verb = append([]string{"--" + restoreCheckFeature + "=ignore"}, verb...)
 		}

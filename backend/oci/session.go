@@ -36,8 +36,24 @@ func (s *Sandbox) Open(ctx context.Context, c *sandbox.Claim) error {
 		return err
 	}
 	lim := s.b.weaken(c.Limits.WithDefaults())
+	if p := s.boot.paused; p != nil {
+		switch {
+		case inv.Tenant != p.rec.Tenant:
+			return wrongTenant("%s sandbox %s resumes tenant %q's session", s.b.name, s.id, p.rec.Tenant)
+		case lim != p.meta.Claim:
+			return sandbox.Errorf(sandbox.BadInput, "limits", "%s sandbox %s resumes a session claimed with other limits", s.b.name, s.id)
+		}
+	}
 	if err := s.begin(ctx, inv, lim, true); err != nil {
 		return err
+	}
+	if s.boot.paused != nil {
+		// The restored agent holds the session's rlimits from its first
+		// claim; they cannot be raised, and lowering is not asked for.
+		s.mu.Lock()
+		s.sess = &session{claim: inv, lim: lim}
+		s.mu.Unlock()
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, fileLimit)
 	defer cancel()

@@ -14,6 +14,14 @@ import (
 
 func openSession(t *testing.T, b *Backend) *Sandbox {
 	t.Helper()
+	return openSessionFor(t, b, &sandbox.Claim{ID: "sess1", Tenant: "acme", Image: "busybox", Policy: sandbox.Policy{Trust: sandbox.Trusted},
+		Limits: sandbox.Limits{Wall: 10 * time.Second}})
+}
+
+// openSessionFor prepares a busybox sandbox and opens it for claim; it is
+// destroyed, and checked gone from the host, when the test ends.
+func openSessionFor(t *testing.T, b *Backend, claim *sandbox.Claim) *Sandbox {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sb, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand, Image: "busybox"})
@@ -27,8 +35,6 @@ func openSession(t *testing.T, b *Backend) *Sandbox {
 		}
 		assertNoLeftovers(t, b, s)
 	})
-	claim := &sandbox.Claim{ID: "sess1", Tenant: "acme", Image: "busybox", Policy: sandbox.Policy{Trust: sandbox.Trusted},
-		Limits: sandbox.Limits{Wall: 10 * time.Second}}
 	if err := s.Open(ctx, claim); err != nil {
 		t.Fatal(err)
 	}

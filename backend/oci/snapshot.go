@@ -60,13 +60,31 @@ type boot struct {
 	netstack bool
 	capture  bool              // a golden's: identity mounts, agent-serving, warmed
 	from     *golden           // a clone of it: runsc restore, then the agent's thaw
+	paused   *pausedSandbox    // a tenant's paused sandbox: runsc restore, nothing thawed (pause.go)
 	thawed   *agent.Thawed     // the clone agent's answer to its thaw
 	ident    snapshot.Identity // what identityMounts gave it
 	// gpus are the devices in its spec (a GPU template's, never snapshotted).
 	gpus []sandbox.GPUDevice
 }
 
-func (b boot) cold() bool { return !b.capture && b.from == nil }
+func (b boot) cold() bool { return !b.capture && b.from == nil && b.paused == nil }
+
+// identified says whether the sandbox has identity files of its own
+// (identityMounts): goldens, clones, and a paused sandbox that had them.
+func (b boot) identified() bool {
+	return b.capture || b.from != nil || b.paused != nil && b.paused.meta.Ident != nil
+}
+
+// image is the checkpoint a restored sandbox starts from, or "".
+func (b boot) image() string {
+	switch {
+	case b.from != nil:
+		return b.from.disk.Dir
+	case b.paused != nil:
+		return b.paused.rec.Dir
+	}
+	return ""
+}
 
 // golden is a golden snapshot this process can restore.
 type golden struct {

@@ -25,7 +25,9 @@ func (s *Sandbox) identityMounts(spec *specs.Spec) error {
 		return err
 	}
 	var err error
-	if s.boot.ident, err = snapshot.NewIdentity(); err != nil {
+	if p := s.boot.paused; p != nil {
+		s.boot.ident = *p.meta.Ident // the session's, kept across its pause
+	} else if s.boot.ident, err = snapshot.NewIdentity(); err != nil {
 		return err
 	}
 	for _, f := range []struct{ name, dst, text string }{
