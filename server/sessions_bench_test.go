@@ -20,10 +20,16 @@ import (
 // (without the OpenAPI check, off the measured path) and a trusted session
 // of hers, on the container tier.
 func benchSession(b *testing.B) (*harness, *client.Client, *client.Session) {
+	return benchSessionOf(b, sandbox.Trusted)
+}
+
+// benchSessionOf is benchSession for trust: trusted's session is on
+// container, untrusted's on gVisor.
+func benchSessionOf(b *testing.B, trust sandbox.TrustClass) (*harness, *client.Client, *client.Session) {
 	var img string
 	h := newHarnessWith(b, testConfig(), "", containerSessions(b, &img))
 	c := client.New(h.url, aliceToken, nil)
-	s, err := c.CreateSession(context.Background(), &client.SessionRequest{Policy: sandbox.Policy{Trust: sandbox.Trusted}})
+	s, err := c.CreateSession(context.Background(), &client.SessionRequest{Policy: sandbox.Policy{Trust: trust}})
 	if err != nil {
 		b.Fatal(err)
 	}

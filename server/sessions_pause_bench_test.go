@@ -10,17 +10,28 @@ import (
 	"github.com/wovyr/wovyr/sandbox"
 )
 
-// BenchmarkSessionPauseResume is what a user of a paused container
-// session waits for, through the HTTP API: a pause (the workspace's
-// archive kept, the sandbox given back), then the first exec after it
-// (/bin/true, which resumes the session into a fresh pooled sandbox and
-// restores its workspace). The peers, in the same run and the same
-// session: a warm exec of /bin/true, and a new session created and
-// deleted.
+// BenchmarkSessionPauseResume is what a user of a paused session waits
+// for, through the HTTP API, on container and on gVisor: a pause, then the
+// first exec after it (/bin/true, which resumes the session). A container
+// session keeps its workspace's archive and resumes into a fresh pooled
+// sandbox with the workspace restored (resume: restart); a gVisor session
+// is checkpointed by runsc with its upper layer and restored whole
+// (resume: snapshot), its processes kept. The peers, in the same run and
+// the same harness: a warm exec of /bin/true, and a new session of the
+// same tier created and deleted.
 //
-//	go test ./server -run '^$' -bench SessionPauseResume -benchtime 50x
+//	go test ./server -run '^$' -bench SessionPauseResume -benchtime 30x
 func BenchmarkSessionPauseResume(b *testing.B) {
-	_, c, s := benchSession(b)
+	for _, tier := range []struct {
+		name  string
+		trust sandbox.TrustClass
+	}{{"container", sandbox.Trusted}, {"gvisor", sandbox.Untrusted}} {
+		b.Run(tier.name, func(b *testing.B) { benchPauseResume(b, tier.trust) })
+	}
+}
+
+func benchPauseResume(b *testing.B, trust sandbox.TrustClass) {
+	_, c, s := benchSessionOf(b, trust)
 	ctx := context.Background()
 	if err := c.Upload(ctx, s.ID, "src/main.py", make([]byte, 64<<10), 0o644); err != nil {
 		b.Fatal(err)
@@ -42,7 +53,7 @@ func BenchmarkSessionPauseResume(b *testing.B) {
 			b.Fatalf("exec after the pause: %+v %v", res, err)
 		}
 		t3 := time.Now()
-		o, err := c.CreateSession(ctx, &client.SessionRequest{Policy: sandbox.Policy{Trust: sandbox.Trusted}})
+		o, err := c.CreateSession(ctx, &client.SessionRequest{Policy: sandbox.Policy{Trust: trust}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -24,10 +24,11 @@
 // NotFound byte for byte as a missing one); run two operations of one
 // session at once (they are serialised); keep a sandbox whose exec left it
 // unreachable (the session ends, backend-failure); move a session to
-// another backend. An idle session pauses: its workspace kept on disk,
-// its sandbox given back, and the next request resumes it into a fresh
-// sandbox of the same backend (pause.go; resume: restart — processes do
-// not survive). Background execs are background.go's.
+// another backend. An idle session pauses, its sandbox given back: saved
+// whole where the sandbox can be (snapshot.go; resume: snapshot — files and
+// processes kept, gVisor), else with its workspace kept on disk (pause.go;
+// resume: restart — processes do not survive); the next request resumes it
+// on the same backend. Background execs are background.go's.
 //
 // # Execs and their output
 //

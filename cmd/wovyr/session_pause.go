@@ -6,7 +6,7 @@ import (
 )
 
 func sessionPauseMain(ctx context.Context, sc *sessionCtx, args []string) int {
-	fs := sc.flags("pause", "pause [flags] ID\n\nPause the session now: its workspace is kept, its sandbox given back. The next exec,\ncp or ls of it (or wovyr session resume) resumes it with its files; processes do not\nsurvive (resume: restart).")
+	fs := sc.flags("pause", "pause [flags] ID\n\nPause the session now, its sandbox given back: saved whole where its backend can\n(resume: snapshot, gVisor: files and processes kept), else its workspace kept\n(resume: restart: processes do not survive). The next exec, cp or ls of it (or\nwovyr session resume) resumes it.")
 	cl, code := sc.start(fs, args, func(n int) bool { return n == 1 })
 	if cl == nil {
 		return code

@@ -228,8 +228,8 @@ export class Session {
   execs: number;
   endReason?: string;
   transitions: Array<{ state: string; at: string }>;
-  /** how it resumes from a pause: "restart" (files kept, processes not); absent until its first pause */
-  resumeMode?: "restart";
+  /** how it resumes from a pause: "snapshot" (saved whole: files and processes kept) or "restart" (files kept, processes not); absent until its first pause */
+  resumeMode?: "snapshot" | "restart";
   /** the size of its kept workspace while paused */
   pausedBytes?: number;
   update(view: Record<string, unknown>): void;
