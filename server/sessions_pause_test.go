@@ -168,25 +168,51 @@ func archiveAndPause(t *testing.T, h *harness, id, sbID, name string, data []byt
 
 // TestSessionPausedSurvivesRestart: a paused session is paused after the
 // daemon restarts, resumes with its files for its tenant, and is the
-// missing session's 404 for another.
+// missing session's 404 for another. A gVisor session, paused by
+// snapshot, also keeps its background process through the restart, and
+// start-up discards a saved sandbox no session owns but not the session's.
 func TestSessionPausedSurvivesRestart(t *testing.T) {
+	for _, c := range []struct {
+		backend string
+		trust   sandbox.TrustClass
+	}{{"container", sandbox.Trusted}, {"gvisor", sandbox.Untrusted}} {
+		t.Run(c.backend, func(t *testing.T) { pausedRestart(t, c.trust, c.backend == "gvisor") })
+	}
+}
+
+func pausedRestart(t *testing.T, trust sandbox.TrustClass, snap bool) {
 	var img string
 	dir := stateDir(t)
 	h := newHarnessWith(t, testConfig(), dir, containerSessions(t, &img))
 	ctx := context.Background()
 	alice := h.client(aliceToken)
-	s, err := alice.CreateSession(ctx, &client.SessionRequest{Policy: sandbox.Policy{Trust: sandbox.Trusted}, Limits: sandbox.Limits{Wall: 20 * time.Second}})
+	s, err := alice.CreateSession(ctx, &client.SessionRequest{Policy: sandbox.Policy{Trust: trust}, Limits: sandbox.Limits{Wall: 20 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := alice.Upload(ctx, s.ID, "notes/plan.md", []byte("step 2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := alice.PauseSession(ctx, s.ID); err != nil {
+	bg, err := alice.StartBackground(ctx, s.ID, &sandbox.Exec{ID: "sleeper", Argv: []string{"sleep", "600"}})
+	if err != nil {
 		t.Fatal(err)
 	}
+	if p, err := alice.PauseSession(ctx, s.ID); err != nil || (p.Resume == "snapshot") != snap {
+		t.Fatalf("pause: %+v %v", p, err)
+	}
 	h.stop()
+	saved := filepath.Join(dir, "snapshots", "paused", "gvisor")
+	stray := filepath.Join(saved, "0123456789abcdef01234567")
+	if err := os.MkdirAll(stray, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	h2 := newHarnessWith(t, testConfig(), dir, containerSessions(t, &img))
+	if _, err := os.Stat(stray); !os.IsNotExist(err) {
+		t.Errorf("start-up kept a saved sandbox no session owns: %v", err)
+	}
+	if kept, _ := os.ReadDir(saved); len(kept) != map[bool]int{true: 1, false: 0}[snap] {
+		t.Errorf("saved sandboxes after start-up: %v", kept)
+	}
 	alice = h2.client(aliceToken)
 	if got, err := alice.Session(ctx, s.ID); err != nil || got.State != client.SessionPaused {
 		t.Fatalf("after the restart: %+v %v", got, err)
@@ -206,5 +232,10 @@ func TestSessionPausedSurvivesRestart(t *testing.T) {
 	res, err := alice.Exec(ctx, s.ID, &sandbox.Exec{Argv: []string{"sh", "-c", "cat notes/plan.md; stat -c %a notes/plan.md"}})
 	if err != nil || string(res.Stdout) != "step 2\n600\n" {
 		t.Fatalf("exec after the restart and resume: %+v %v", res, err)
+	}
+	ps, err := alice.Process(ctx, s.ID, "sleeper")
+	want := map[bool]string{true: "running", false: "killed"}[snap]
+	if err != nil || ps.State != want || snap && ps.Pid != bg.Pid {
+		t.Fatalf("the background process after the restart: %+v %v, want %s", ps, err, want)
 	}
 }
