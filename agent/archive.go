@@ -19,13 +19,14 @@ import (
 // maxArchiveEntries bounds the entries of one archive, either way.
 const maxArchiveEntries = 100000
 
-// archiveDir is FileArchive: the tree at p (the workspace for "" or ".")
-// as a tar archive, its names relative to p. Regular files, directories
-// and symlinks (as links, never followed) go in with their permission
-// bits and times; other entries (FIFOs, sockets, devices) are left out.
+// ArchiveDir is FileArchive (and, on the client's side, the CLI's cp -r):
+// the tree at p (the workspace for "" or ".") as a tar archive, its names
+// relative to p. Regular files, directories and symlinks (as links, never
+// followed) go in with their permission bits and times; other entries
+// (FIFOs, sockets, devices) are left out.
 // The archive is at most max bytes (zero: sandbox.MaxFileBytes); a larger
 // tree is an error, not a cut archive.
-func archiveDir(root *os.Root, p string, max int64) ([]byte, error) {
+func ArchiveDir(root *os.Root, p string, max int64) ([]byte, error) {
 	if p == "" {
 		p = "."
 	}
@@ -98,14 +99,14 @@ func archiveDir(root *os.Root, p string, max int64) ([]byte, error) {
 	return buf.Bytes(), err
 }
 
-// extractInto is FileExtract: the tar archive data written under p (made
-// if missing). Every entry is checked before anything is written: a name
-// that leaves p (.., absolute) or an entry that is not a regular file, a
-// directory or a symlink (hard links, devices, FIFOs) refuses the whole
-// archive. Writing goes through os.Root, so nothing lands outside the
+// ExtractInto is FileExtract (and, on the client's side, the CLI's cp -r):
+// the tar archive data written under p (made if missing). Every entry is
+// checked before anything is written: a name that leaves p (.., absolute)
+// or an entry that is not a regular file, a directory or a symlink (hard
+// links, devices, FIFOs) refuses the whole archive. Writing goes through os.Root, so nothing lands outside the
 // workspace even through a symlink the archive or the session made;
 // permission bits only (no setuid, no owners).
-func extractInto(root *os.Root, p string, data []byte) error {
+func ExtractInto(root *os.Root, p string, data []byte) error {
 	if p == "" {
 		p = "."
 	}

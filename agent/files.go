@@ -73,10 +73,10 @@ func FileOp(dir string, op *sandbox.FileOp) (*sandbox.FileReply, error) {
 		}
 		return &sandbox.FileReply{}, root.RemoveAll(op.Path)
 	case sandbox.FileArchive:
-		b, err := archiveDir(root, op.Path, op.Max)
+		b, err := ArchiveDir(root, op.Path, op.Max)
 		return &sandbox.FileReply{Data: b}, err
 	case sandbox.FileExtract:
-		return &sandbox.FileReply{}, extractInto(root, op.Path, op.Data)
+		return &sandbox.FileReply{}, ExtractInto(root, op.Path, op.Data)
 	}
 	return nil, fmt.Errorf("file operation %q", op.Op)
 }

@@ -9,12 +9,16 @@ import (
 )
 
 func sessionCpMain(ctx context.Context, sc *sessionCtx, args []string) int {
-	fs := sc.flags("cp", "cp [flags] LOCAL ID:PATH | ID:PATH LOCAL\n\nUpload keeps LOCAL's permission bits; LOCAL - is stdin or stdout.")
+	fs := sc.flags("cp", "cp [flags] LOCAL ID:PATH | ID:PATH LOCAL\n\nUpload keeps LOCAL's permission bits; LOCAL - is stdin or stdout. With -r, a\ndirectory's tree is copied into the other directory (made if missing), as one tar\nstream of at most 64 MiB: files, directories and symlinks with their permission\nbits; never through a symlink out of either directory.")
+	recursive := fs.Bool("r", false, "copy a directory's tree")
 	cl, code := sc.start(fs, args, func(n int) bool { return n == 2 })
 	if cl == nil {
 		return code
 	}
 	src, dst := fs.Arg(0), fs.Arg(1)
+	if *recursive {
+		return sc.copyTree(ctx, cl, src, dst, fs)
+	}
 	if id, p, ok := splitRemote(src); ok {
 		data, err := cl.Download(ctx, id, p)
 		if err != nil {

@@ -1,14 +1,17 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -89,11 +92,36 @@ func (b *memBox) File(_ context.Context, op *sandbox.FileOp) (*sandbox.FileReply
 			delete(b.files, op.Path)
 			return &sandbox.FileReply{}, nil
 		}
-	case sandbox.FileArchive: // the files as JSON: the tar itself is the agent's
-		data, _ := json.Marshal(b.files)
-		return &sandbox.FileReply{Data: data}, nil
+	case sandbox.FileArchive: // a real tar of the files under op.Path, as the agent's
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for _, p := range slices.Sorted(maps.Keys(b.files)) {
+			name, ok := strings.CutPrefix(p, op.Path+"/")
+			if op.Path == "" {
+				name, ok = p, true
+			}
+			if ok {
+				tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(b.files[p])), Typeflag: tar.TypeReg})
+				tw.Write(b.files[p])
+			}
+		}
+		tw.Close()
+		return &sandbox.FileReply{Data: buf.Bytes()}, nil
 	case sandbox.FileExtract:
-		return &sandbox.FileReply{}, json.Unmarshal(op.Data, &b.files)
+		tr := tar.NewReader(bytes.NewReader(op.Data))
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				return &sandbox.FileReply{}, nil
+			}
+			if err != nil {
+				return nil, sandbox.Errorf(sandbox.BadInput, "data", "not an archive: %v", err)
+			}
+			if h.Typeflag == tar.TypeReg {
+				data, _ := io.ReadAll(tr)
+				b.files[path.Join(op.Path, h.Name)] = data
+			}
+		}
 	}
 	return nil, sandbox.Errorf(sandbox.NotFound, "path", "openat %s: no such file or directory", op.Path)
 }
@@ -158,6 +186,10 @@ func TestSessionCLI(t *testing.T) {
 	if err := os.WriteFile(local, []byte("echo hi\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	tree, back := t.TempDir(), filepath.Join(t.TempDir(), "back")
+	os.MkdirAll(filepath.Join(tree, "src"), 0o755)
+	os.WriteFile(filepath.Join(tree, "src", "lib.py"), []byte("x = 1\n"), 0o644)
+	os.WriteFile(filepath.Join(tree, "README"), []byte("read me\n"), 0o644)
 	run := func(args ...string) (string, string, int) {
 		t.Helper()
 		var out, errb bytes.Buffer
@@ -182,9 +214,16 @@ func TestSessionCLI(t *testing.T) {
 		{[]string{"exec", id, "--", "cat", "main.sh"}, "echo hi\n", "", 0},
 		{[]string{"exec", id, "--", "cat", "nope"}, "", "cat: nope: No such file or directory\n", 1},
 		{[]string{"cp", id + ":main.sh", "-"}, "echo hi\n", "", 0},
-		{[]string{"pause", id}, id + " paused (resume: restart, 26 bytes kept)\n", "", 0},
+		{[]string{"cp", "-r", tree, id + ":proj"}, "", "", 0},
+		{[]string{"exec", id, "--", "cat", "proj/src/lib.py"}, "x = 1\n", "", 0},
+		{[]string{"cp", "-r", id + ":proj", back}, "", "", 0},
+		{[]string{"cp", "-r", id + ":proj", id + ":other"}, "", "usage", exitUsage},
+		{[]string{"cp", "-r", filepath.Join(tree, "nope"), id + ":x"}, "", "wovyr: bad-input: cp -r: open " + filepath.Join(tree, "nope") + ": no such file or directory\n", exitBadInput},
+		{[]string{"rm", id + ":proj/src/lib.py"}, "", "", 0},
+		{[]string{"rm", id + ":proj/README"}, "", "", 0},
+		{[]string{"pause", id}, id + " paused (resume: restart, 2048 bytes kept)\n", "", 0},
 		{[]string{"exec", id, "--", "cat", "main.sh"}, "echo hi\n", "", 0}, // resumed by it
-		{[]string{"pause", id}, id + " paused (resume: restart, 26 bytes kept)\n", "", 0},
+		{[]string{"pause", id}, id + " paused (resume: restart, 2048 bytes kept)\n", "", 0},
 		{[]string{"resume", id}, id + " running\n", "", 0},
 		{[]string{"ls", id}, "file  0644  8  " + time.Time{}.Local().Format(time.DateTime) + "  main.sh\n", "", 0},
 		{[]string{"cp", id + ":nope", "-"}, "", "wovyr: not-found (path): openat nope: no such file or directory\n", exitBadInput},
@@ -202,8 +241,16 @@ func TestSessionCLI(t *testing.T) {
 			out = strings.Join(strings.Fields(out), " ") + "\n" // tabwriter's padding
 			s.stdout = strings.Join(strings.Fields(s.stdout), " ") + "\n"
 		}
+		if s.stderr == "usage" && strings.Contains(errs, "usage: wovyr session cp") {
+			errs = "usage"
+		}
 		if out != s.stdout || errs != s.stderr || code != s.code {
 			t.Errorf("wovyr session %v: stdout %q stderr %q exit %d, want %q %q %d", s.args, out, errs, code, s.stdout, s.stderr, s.code)
+		}
+	}
+	for name, want := range map[string]string{"src/lib.py": "x = 1\n", "README": "read me\n"} {
+		if got, err := os.ReadFile(filepath.Join(back, name)); err != nil || string(got) != want {
+			t.Errorf("cp -r back: %s is %q %v, want %q", name, got, err, want)
 		}
 	}
 	if out, _, code := run("ls"); code != 0 || !strings.Contains(out, id+"  container  ended") {
