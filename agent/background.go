@@ -22,12 +22,18 @@ const (
 	ProcsList = "list" // every held process, oldest first, without output
 	ProcsGet  = "get"  // one, with its output so far
 	ProcsKill = "kill" // SIGKILL its whole session, reap, forget; its final state
+	// ProcsWrite writes Data to the stdin of one started with OpenStdin,
+	// as much as its pipe takes now (never waiting), then closes it if
+	// Close and all was written; Reply.Written says how much.
+	ProcsWrite = "write"
 )
 
 // ProcsJob is one operation on the agent's background processes.
 type ProcsJob struct {
-	Op string `json:"op"`
-	ID string `json:"id,omitempty"` // get and kill
+	Op    string `json:"op"`
+	ID    string `json:"id,omitempty"`    // get, kill and write
+	Data  []byte `json:"data,omitempty"`  // write
+	Close bool   `json:"close,omitempty"` // write: then end its stdin
 }
 
 // A background job runs in a session of its own (setsid), so its session id
@@ -85,6 +91,9 @@ type bgProc struct {
 	stdout   sandbox.Capped
 	stderr   sandbox.Capped
 	killedUp bool // Kill found it running
+	// stdin is the write end of its stdin pipe (OpenStdin), non-blocking,
+	// or -1: none, or closed.
+	stdin int
 }
 
 // waitInfo is how a leader ended: an exit status, or a signal.
@@ -170,7 +179,7 @@ func (k *keeper) start(job Job) Reply {
 	case taken:
 		return refuse("a background process %s is already held", job.ID)
 	case len(job.Stdin) > 0 || job.Wall != 0:
-		return refuse("a background job takes no stdin and no wall limit")
+		return refuse("a background job takes no stdin and no wall limit (open_stdin streams it)")
 	}
 	if err := writeFiles(job.Dir, job.Files); err != nil {
 		rep.ExitCode, rep.Error = 127, err.Error()
@@ -183,7 +192,7 @@ func (k *keeper) start(job Job) Reply {
 	}
 	var fds fdSet
 	defer fds.closeAll()
-	stdin, _, err0 := fds.input(false)
+	stdin, stdinW, err0 := fds.input(job.OpenStdin)
 	outR, outW, err1 := fds.pipe()
 	errR, errW, err2 := fds.pipe()
 	if err := errors.Join(err0, err1, err2); err != nil {
@@ -194,7 +203,7 @@ func (k *keeper) start(job Job) Reply {
 	if env == nil {
 		env = []string{}
 	}
-	p := &bgProc{id: job.ID, argv: slices.Clone(job.Argv), drains: 2,
+	p := &bgProc{id: job.ID, argv: slices.Clone(job.Argv), drains: 2, stdin: -1,
 		stdout: sandbox.Capped{Limit: job.Output}, stderr: sandbox.Capped{Limit: job.Output}}
 	var ferr error
 	k.on(func() {
@@ -205,6 +214,13 @@ func (k *keeper) start(job Job) Reply {
 	if ferr != nil {
 		rep.ExitCode, rep.Error = 127, fmt.Sprintf("fork/exec %s: %v", prog, ferr)
 		return rep
+	}
+	if stdinW >= 0 {
+		// Its own: no later child inherits it (close-on-exec), and a
+		// write never blocks the agent's one job at a time.
+		if err := syscall.SetNonblock(stdinW, true); err == nil {
+			p.stdin = fds.release(stdinW)
+		}
 	}
 	k.mu.Lock()
 	k.procs[p.id] = p
@@ -352,7 +368,7 @@ func (k *keeper) procsJob(job Job) Reply {
 		k.mu.Unlock()
 		slices.SortFunc(rep.Procs, func(a, b sandbox.Process) int { return a.Started.Compare(b.Started) })
 		return rep
-	case ProcsGet, ProcsKill:
+	case ProcsGet, ProcsKill, ProcsWrite:
 	default:
 		rep.Class, rep.Error = sandbox.BadInput, fmt.Sprintf("unknown procs operation %q", op.Op)
 		return rep
@@ -364,11 +380,19 @@ func (k *keeper) procsJob(job Job) Reply {
 		rep.Class, rep.Error = sandbox.NotFound, fmt.Sprintf("no background process %s", op.ID)
 		return rep
 	}
-	if op.Op == ProcsKill {
+	switch op.Op {
+	case ProcsKill:
 		var err error
 		k.on(func() { err = k.kill(p) })
 		if err != nil {
 			rep.Error = err.Error() // the host must not trust the sandbox again
+			return rep
+		}
+	case ProcsWrite:
+		n, err := k.write(p, op.Data, op.Close)
+		rep.Written = n
+		if err != nil {
+			rep.Class, rep.Error = sandbox.Conflict, err.Error()
 			return rep
 		}
 	}
@@ -443,6 +467,50 @@ func (k *keeper) kill(p *bgProc) error {
 		p.exited, p.ws = time.Now(), waitInfo{signal: syscall.SIGKILL}
 	}
 	p.drains = 0
+	if p.stdin >= 0 {
+		syscall.Close(p.stdin)
+		p.stdin = -1
+	}
 	delete(k.procs, p.id)
 	return nil
+}
+
+// errStdinClosed says a process's stdin takes no more input.
+var errStdinClosed = errors.New("its stdin is closed")
+
+// write writes data to p's stdin as far as its pipe takes it now and
+// returns how much it wrote; with end, once all of it is written, the
+// pipe is closed (the process reads end of file). A process started
+// without OpenStdin, or whose stdin is closed, or that stopped reading
+// (EPIPE), takes nothing.
+func (k *keeper) write(p *bgProc, data []byte, end bool) (int, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if p.stdin < 0 {
+		return 0, fmt.Errorf("background process %s: %w", p.id, errStdinClosed)
+	}
+	n := 0
+	for n < len(data) {
+		m, err := syscall.Write(p.stdin, data[n:])
+		if m > 0 {
+			n += m
+		}
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return n, nil // full: the rest is the caller's to send again
+		case err == syscall.EPIPE:
+			syscall.Close(p.stdin)
+			p.stdin = -1
+			return n, fmt.Errorf("background process %s stopped reading: %w", p.id, errStdinClosed)
+		case err != nil:
+			return n, fmt.Errorf("write to %s: %w", p.id, err)
+		}
+	}
+	if end {
+		syscall.Close(p.stdin)
+		p.stdin = -1
+	}
+	return n, nil
 }

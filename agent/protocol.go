@@ -79,6 +79,9 @@ type Job struct {
 	// agent holds it (background.go) until a Procs kill, its output capped
 	// at Output. No Stdin, no Wall.
 	Background bool `json:"background,omitempty"`
+	// OpenStdin gives a Background job a stdin pipe the host writes to
+	// with Procs writes (ProcsWrite); without it its stdin is /dev/null.
+	OpenStdin bool `json:"open_stdin,omitempty"`
 	// Procs, on a job without Argv, lists, reads or kills the background
 	// processes (Reply.Procs); it never waits on one.
 	Procs *ProcsJob `json:"procs,omitempty"`
@@ -141,9 +144,12 @@ type Reply struct {
 	// Procs answers a Procs job: every held process for a list (without
 	// output), the one asked for otherwise.
 	Procs []sandbox.Process `json:"procs,omitempty"`
+	// Written answers a Procs write: the bytes its stdin took.
+	Written int `json:"written,omitempty"`
 	// Class types the Error of a Background or Procs job that was refused:
 	// sandbox.BadInput (one background process too many), sandbox.NotFound
-	// (an id the agent does not hold). Empty for a command that could not
+	// (an id the agent does not hold), sandbox.Conflict (a write to a stdin
+	// that is closed). Empty for a command that could not
 	// start, which is reported as a foreground job's is.
 	Class sandbox.Class `json:"class,omitempty"`
 }

@@ -143,7 +143,12 @@ func waitQuery(wait time.Duration) string {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body []byte, out any) error {
-	resp, err := c.send(ctx, method, path, body)
+	return c.doAs(ctx, method, path, body, "application/json", out)
+}
+
+// doAs is do with a body of content type ctype.
+func (c *Client) doAs(ctx context.Context, method, path string, body []byte, ctype string, out any) error {
+	resp, err := c.sendAs(ctx, method, path, body, ctype)
 	if err != nil {
 		return err
 	}

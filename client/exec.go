@@ -40,6 +40,7 @@ type Exec struct {
 	// Background is set for a background exec, Pid to its process's pid
 	// inside the sandbox (processes.go).
 	Background bool            `json:"background,omitempty"`
+	OpenStdin  bool            `json:"open_stdin,omitempty"` // its stdin takes writes (WriteStdin)
 	Pid        int             `json:"pid,omitempty"`
 	State      string          `json:"state"`
 	Started    time.Time       `json:"started"`

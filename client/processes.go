@@ -53,3 +53,26 @@ func (c *Client) KillProcess(ctx context.Context, id, eid string) (*Exec, error)
 	var out Exec
 	return &out, c.do(ctx, http.MethodDelete, processPath(id, eid), nil, &out)
 }
+
+// StdinWrite is what POST .../processes/{eid}/stdin answers: how much of
+// the body the process's stdin took (the rest is the caller's to send
+// again), and whether its stdin is now closed.
+type StdinWrite struct {
+	Written int  `json:"written"`
+	Closed  bool `json:"closed"`
+}
+
+// WriteStdin writes data to the stdin of background exec eid of session
+// id (started with OpenStdin), as far as its pipe takes it now, closing
+// it after all of data if end; see StdinWrite.
+func (c *Client) WriteStdin(ctx context.Context, id, eid string, data []byte, end bool) (*StdinWrite, error) {
+	path := processPath(id, eid) + "/stdin"
+	if end {
+		path += "?close=true"
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	var out StdinWrite
+	return &out, c.doAs(ctx, http.MethodPost, path, data, "application/octet-stream", &out)
+}

@@ -42,6 +42,21 @@ type Processes interface {
 	Kill(ctx context.Context, id string) (*Process, error)
 }
 
+// MaxStdinWrite bounds one write to a background process's stdin.
+const MaxStdinWrite = 1 << 20
+
+// StdinWriter is implemented by session sandboxes whose background
+// processes can be started with an open stdin (Exec.OpenStdin).
+type StdinWriter interface {
+	// WriteStdin writes data to process id's stdin as far as its pipe
+	// takes it now, never waiting for the process to read, and returns how
+	// much it wrote; with end, once all of it is written, its stdin is
+	// closed. A process without an open stdin (never had one, closed, or
+	// stopped reading) is a Conflict; an id the session does not hold is
+	// NotFound.
+	WriteStdin(ctx context.Context, id string, data []byte, end bool) (int, error)
+}
+
 // Process is one background process as the sandbox reports it.
 type Process struct {
 	ID      string    `json:"id"`  // the exec's id

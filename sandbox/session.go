@@ -105,6 +105,10 @@ type Exec struct {
 	// session's max lifetime bounds it. False: an ordinary exec, every
 	// process of which is gone when it returns.
 	Background bool `json:"background,omitempty"`
+	// OpenStdin gives a background exec a stdin that stays open for
+	// writes while it runs (StdinWriter) until they close it; without it
+	// a background exec's stdin is empty.
+	OpenStdin bool `json:"open_stdin,omitempty"`
 }
 
 // Validate checks e against the session's limits lim (with defaults)
@@ -124,7 +128,9 @@ func (e Exec) Validate(lim Limits) (Exec, error) {
 	}
 	switch {
 	case e.Background && len(e.Stdin) > 0:
-		return e, Errorf(BadInput, "stdin", "a background exec takes no stdin")
+		return e, Errorf(BadInput, "stdin", "a background exec takes no stdin (open_stdin streams it)")
+	case e.OpenStdin && !e.Background:
+		return e, Errorf(BadInput, "open_stdin", "only a background exec keeps its stdin open")
 	case e.Background && e.Wall != 0:
 		return e, Errorf(BadInput, "wall", "a background exec has no wall limit: it runs until it exits, is killed or its session ends")
 	case e.Wall < 0 || e.Wall > lim.Wall:

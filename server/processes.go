@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/wovyr/wovyr/client"
+	"github.com/wovyr/wovyr/sandbox"
 )
 
 // A session's background processes: started by POST .../exec with
@@ -48,4 +49,42 @@ func (s *Server) handleProcessKill(w http.ResponseWriter, r *http.Request, t *te
 		return
 	}
 	writeJSON(w, http.StatusOK, wireExec(rec))
+}
+
+// handleProcessStdin is POST /v1/sessions/{id}/processes/{eid}/stdin[?close=true]:
+// the body (at most sandbox.MaxStdinWrite bytes) written to the stdin of
+// a background exec started with "open_stdin": true, as far as its pipe
+// takes it now — the write never waits for the process to read — then
+// its stdin closed if asked and all of it was written. 200 with how much
+// was written; 409 for a stdin that is closed, 404 for an exec the
+// session does not hold.
+func (s *Server) handleProcessStdin(w http.ResponseWriter, r *http.Request, t *tenant) {
+	end, err := boolQuery(r, "close")
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	data, err := s.readUpload(w, r, sandbox.MaxStdinWrite)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	n, err := s.sessions.WriteStdin(r.Context(), t.cfg.Name, r.PathValue("id"), r.PathValue("eid"), data, end)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, client.StdinWrite{Written: n, Closed: end && n == len(data)})
+}
+
+// boolQuery reads the query parameter name as a boolean: absent is false.
+func boolQuery(r *http.Request, name string) (bool, error) {
+	switch v := r.URL.Query().Get(name); v {
+	case "", "false", "0":
+		return false, nil
+	case "true", "1":
+		return true, nil
+	default:
+		return false, sandbox.Errorf(sandbox.BadInput, name, "%s=%q: want true or false", name, v)
+	}
 }

@@ -360,6 +360,7 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/sessions/{id}/processes", s.authed(false, s.handleProcessList))
 	route("GET /v1/sessions/{id}/processes/{eid}", s.authed(false, s.handleProcessGet))
 	route("DELETE /v1/sessions/{id}/processes/{eid}", s.authed(false, s.handleProcessKill))
+	route("POST /v1/sessions/{id}/processes/{eid}/stdin", s.authed(false, s.handleProcessStdin))
 	route("GET /v1/sessions/{id}/files", s.authed(false, s.handleFileList))
 	route("GET /v1/sessions/{id}/files/stat", s.authed(false, s.handleFileStat))
 	route("GET /v1/sessions/{id}/files/content", s.authed(false, s.handleDownload))

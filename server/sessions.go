@@ -319,7 +319,7 @@ func (s *Server) handleExecEvents(w http.ResponseWriter, r *http.Request, t *ten
 
 // wireExec converts an exec's record to its API form.
 func wireExec(rec store.Exec) client.Exec {
-	return client.Exec{ID: rec.ID, Session: rec.Session, Argv: rec.Argv, Dir: rec.Dir, Background: rec.Background, Pid: rec.Pid, State: string(rec.State),
+	return client.Exec{ID: rec.ID, Session: rec.Session, Argv: rec.Argv, Dir: rec.Dir, Background: rec.Background, OpenStdin: rec.OpenStdin, Pid: rec.Pid, State: string(rec.State),
 		Started: rec.Started, Ended: rec.Ended, Result: rec.Result}
 }
 
@@ -377,7 +377,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, t *tenant)
 		}
 		op.Mode = uint32(mode)
 	}
-	data, err := s.readUpload(w, r)
+	data, err := s.readUpload(w, r, sandbox.MaxFileBytes)
 	if err != nil {
 		s.writeError(w, err)
 		return
@@ -388,10 +388,10 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, t *tenant)
 	}
 }
 
-// readUpload reads an upload's raw body, bounded by the body cap and
-// sandbox.MaxFileBytes: TooLarge (413) beyond, before anything is done.
-func (s *Server) readUpload(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	limit := min(s.cfg.MaxBodyBytes, sandbox.MaxFileBytes)
+// readUpload reads an upload's raw body, bounded by the body cap and max:
+// TooLarge (413) beyond, before anything is done.
+func (s *Server) readUpload(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	limit := min(s.cfg.MaxBodyBytes, max)
 	if r.ContentLength > limit {
 		return nil, sandbox.Errorf(TooLarge, "", "the upload is %d bytes; the limit is %d", r.ContentLength, limit)
 	}
@@ -420,7 +420,7 @@ func (s *Server) handleArchiveGet(w http.ResponseWriter, r *http.Request, t *ten
 // a hard link, a device, an entry under a symlink) is refused whole,
 // nothing written.
 func (s *Server) handleArchivePut(w http.ResponseWriter, r *http.Request, t *tenant) {
-	data, err := s.readUpload(w, r)
+	data, err := s.readUpload(w, r, sandbox.MaxFileBytes)
 	if err != nil {
 		s.writeError(w, err)
 		return

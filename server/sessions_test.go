@@ -238,6 +238,7 @@ func sessionRoutes() []route {
 		{http.MethodPut, "/v1/sessions/ID/files/archive?path=x", ""},
 		{http.MethodPost, "/v1/sessions/ID/pause", ""},
 		{http.MethodPost, "/v1/sessions/ID/resume", ""},
+		{http.MethodPost, "/v1/sessions/ID/processes/e1/stdin", "x"},
 	}
 }
 

@@ -66,7 +66,7 @@ func (m *Manager) startBackground(ctx context.Context, tenant, id string, e *san
 		if err != nil {
 			return err
 		}
-		out = store.Exec{ID: ex.ID, Session: id, Tenant: tenant, Argv: ex.Argv, Dir: ex.Dir, Background: true,
+		out = store.Exec{ID: ex.ID, Session: id, Tenant: tenant, Argv: ex.Argv, Dir: ex.Dir, Background: true, OpenStdin: ex.OpenStdin,
 			Pid: p.Pid, State: store.ExecRunning, Started: m.now()}
 		if !p.Running {
 			out.State, out.Ended, out.Result = store.ExecDone, out.Started, processResult(l, p)
@@ -290,4 +290,34 @@ func (m *Manager) putExec(rec store.Exec) error {
 	done := make(chan error, 1)
 	m.st.PutExec(rec, func(err error) { done <- err })
 	return <-done
+}
+
+// WriteStdin writes data to the stdin of tenant's background exec eid
+// (started with OpenStdin) in session id, as far as its pipe takes it now,
+// and returns how much it wrote; with end, once all of it is written, the
+// stdin is closed. It goes through the session's turn, as every use of the
+// sandbox does, and resumes a paused session. An exec the sandbox does
+// not hold is NotFound; a closed stdin a Conflict, which changes nothing.
+func (m *Manager) WriteStdin(ctx context.Context, tenant, id, eid string, data []byte, end bool) (int, error) {
+	if len(data) > sandbox.MaxStdinWrite {
+		return 0, sandbox.Errorf(sandbox.BadInput, "stdin", "a write to a process's stdin is at most %d bytes", sandbox.MaxStdinWrite)
+	}
+	l, ctx, err := m.use(ctx, tenant, id)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	err = func() error {
+		w, ok := l.sb.(sandbox.StdinWriter)
+		if !ok {
+			return sandbox.Errorf(sandbox.BadInput, "open_stdin", "backend %s cannot stream a process's stdin", l.backend)
+		}
+		n, err = w.WriteStdin(ctx, eid, data, end)
+		if errors.Is(err, sandbox.NotFound) {
+			return processNotFound(id, eid)
+		}
+		return err
+	}()
+	m.done(l, err)
+	return n, err
 }

@@ -43,6 +43,7 @@ type Exec struct {
 	// start).
 	Background bool      `json:"background,omitempty"`
 	Pid        int       `json:"pid,omitempty"`
+	OpenStdin  bool      `json:"open_stdin,omitempty"` // started with a stdin for writes
 	State      ExecState `json:"state"`
 	Started    time.Time `json:"started"`
 	Ended      time.Time `json:"ended,omitzero"`

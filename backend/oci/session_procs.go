@@ -32,7 +32,7 @@ func (s *Sandbox) Start(ctx context.Context, e *sandbox.Exec) (*sandbox.Process,
 		ex.ID = sandbox.NewID()
 	}
 	job := agent.Job{ID: ex.ID, Argv: ex.Argv, Env: s.workloadEnv(ex.Env), Dir: path.Join(workDir, ex.Dir),
-		Output: ex.Output, Background: true}
+		Output: ex.Output, Background: true, OpenStdin: ex.OpenStdin}
 	started := time.Now()
 	rep, err := s.procsJob(ctx, ss, job)
 	if err != nil {
@@ -79,6 +79,35 @@ func (s *Sandbox) Kill(ctx context.Context, id string) (*sandbox.Process, error)
 		return nil, err
 	}
 	return &ps[0], nil
+}
+
+// WriteStdin implements sandbox.StdinWriter through the agent, which
+// writes without waiting (agent.ProcsWrite).
+func (s *Sandbox) WriteStdin(ctx context.Context, id string, data []byte, end bool) (int, error) {
+	if len(data) > sandbox.MaxStdinWrite {
+		return 0, sandbox.Errorf(sandbox.BadInput, "stdin", "a write to a process's stdin is at most %d bytes", sandbox.MaxStdinWrite)
+	}
+	ss, err := s.opened()
+	if err != nil {
+		return 0, err
+	}
+	defer ss.mu.Unlock()
+	rep, err := s.procsJob(ctx, ss, agent.Job{ID: "stdin-" + sandbox.NewID(), Procs: &agent.ProcsJob{Op: agent.ProcsWrite, ID: id, Data: data, Close: end}})
+	switch {
+	case err != nil:
+		return 0, err
+	case rep.Written < 0 || rep.Written > len(data):
+		ss.broken = fmt.Errorf("stdin write: the agent answered %d of %d bytes", rep.Written, len(data))
+		return 0, sandbox.Errorf(sandbox.BackendFailure, "", "%s: the sandbox's agent answered a stdin write out of bounds", s.b.name)
+	case rep.Error == "":
+		return rep.Written, nil
+	case rep.Class == sandbox.NotFound:
+		return 0, sandbox.Errorf(sandbox.NotFound, "process", "no background process %s in this session", id)
+	case rep.Class == sandbox.Conflict:
+		return rep.Written, &sandbox.Error{Class: sandbox.Conflict, Field: "process", Msg: rep.Error}
+	}
+	ss.broken = fmt.Errorf("stdin write %s: %s", id, rep.Error)
+	return 0, sandbox.Errorf(sandbox.BackendFailure, "", "%s: stdin write in %s: %s", s.b.name, s.id, rep.Error)
 }
 
 // procs sends one Procs job and judges its answer: at most

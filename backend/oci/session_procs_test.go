@@ -238,3 +238,55 @@ func TestSessionBackgroundRefusals(t *testing.T) {
 		t.Fatalf("processes after a kill and a start: %d, %v", len(ps), err)
 	}
 }
+
+// TestSessionStdinStreaming: a background process started with an open
+// stdin reads what the host writes to it while it runs, and the end of
+// file once a write closes it; a write never waits for a process that
+// does not read (a full pipe takes part of it); a process without an open
+// stdin, a closed one and an unknown id are refused, typed.
+func TestSessionStdinStreaming(t *testing.T) {
+	for name, b := range newBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			s := openSession(t, b)
+			ctx := context.Background()
+			startOK(t, s, sandbox.Exec{ID: "cat", Argv: []string{"cat"}, OpenStdin: true})
+			if n, err := s.WriteStdin(ctx, "cat", []byte("hello\n"), false); err != nil || n != 6 {
+				t.Fatalf("write: %d %v", n, err)
+			}
+			if n, err := s.WriteStdin(ctx, "cat", []byte("world"), true); err != nil || n != 5 {
+				t.Fatalf("write and close: %d %v", n, err)
+			}
+			p := waitEnded(t, s, "cat")
+			if p.ExitCode != 0 || string(p.Stdout) != "hello\nworld" {
+				t.Errorf("cat after its stdin closed: exit %d stdout %q", p.ExitCode, p.Stdout)
+			}
+			if _, err := s.WriteStdin(ctx, "cat", []byte("more"), false); sandbox.ClassOf(err) != sandbox.Conflict {
+				t.Errorf("a write after the close: %v, want a conflict", err)
+			}
+
+			startOK(t, s, sandbox.Exec{ID: "deaf", Argv: []string{"sleep", "600"}, OpenStdin: true})
+			big := make([]byte, sandbox.MaxStdinWrite)
+			start := time.Now()
+			n, err := s.WriteStdin(ctx, "deaf", big, false)
+			if err != nil || n <= 0 || n >= len(big) {
+				t.Errorf("a write to a process that does not read: %d of %d, %v; want part of it", n, len(big), err)
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("the write waited %s", d)
+			}
+			startOK(t, s, sandbox.Exec{ID: "closed", Argv: []string{"sleep", "600"}})
+			if _, err := s.WriteStdin(ctx, "closed", []byte("x"), false); sandbox.ClassOf(err) != sandbox.Conflict {
+				t.Errorf("a write to a process without an open stdin: %v, want a conflict", err)
+			}
+			if _, err := s.WriteStdin(ctx, "nosuch", []byte("x"), false); sandbox.ClassOf(err) != sandbox.NotFound {
+				t.Errorf("a write to an unknown process: %v, want not-found", err)
+			}
+			if _, err := s.WriteStdin(ctx, "deaf", make([]byte, sandbox.MaxStdinWrite+1), false); sandbox.ClassOf(err) != sandbox.BadInput {
+				t.Errorf("an oversized write: %v, want bad input", err)
+			}
+			if res := execOK(t, s, sandbox.Exec{Argv: []string{"echo", "still"}}); string(res.Stdout) != "still\n" {
+				t.Errorf("an exec after the writes: %+v", res)
+			}
+		})
+	}
+}

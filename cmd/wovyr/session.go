@@ -27,17 +27,26 @@ var sessionCommands = []subcommand{
 	{"rm", "end a session (ID), or remove a path in its workspace (ID:PATH)", sessionRmMain},
 	{"ps", "list a session's background processes (ID), or print one's output so far (ID EID)", sessionPsMain},
 	{"kill", "kill a session's background process (ID EID) with every process of its session", sessionKillMain},
-	{"pause", "pause a session (ID): its workspace kept, its sandbox given back", sessionPauseMain},
+	{"write", "stream this command's stdin to a background process's stdin (ID EID), closing it at the end", sessionWriteMain},
+	{"pause", "pause a session (ID): saved whole or its workspace kept, its sandbox given back", sessionPauseMain},
 	{"resume", "resume a paused session (ID); any exec, cp or ls of it resumes it too", sessionResumeMain},
 }
 
 // sessionCtx is what every session subcommand shares: the daemon's
-// address and token, and where it writes.
+// address and token, and where it reads and writes.
 type sessionCtx struct {
 	g              *globals
 	group          string // the command group for usage lines; zero means "session"
 	remote, token  string
+	in             io.Reader // nil: os.Stdin
 	stdout, stderr io.Writer
+}
+
+func (sc *sessionCtx) stdin() io.Reader {
+	if sc.in == nil {
+		return os.Stdin
+	}
+	return sc.in
 }
 
 // register adds the daemon flags to fs.

@@ -18,6 +18,7 @@ type sessionExecCmd struct {
 	wall    time.Duration
 	jsonOut bool
 	bg      bool
+	stdin   bool
 }
 
 func sessionExecMain(ctx context.Context, sc *sessionCtx, args []string) int {
@@ -28,6 +29,7 @@ func sessionExecMain(ctx context.Context, sc *sessionCtx, args []string) int {
 	fs.DurationVar(&c.wall, "wall", 0, "wall-clock limit (default and most: the session's)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the result as JSON")
 	fs.BoolVar(&c.bg, "background", false, "start the command in the background and print its exec id (see session ps, session kill)")
+	fs.BoolVar(&c.stdin, "open-stdin", false, "with --background: keep its stdin open for session write")
 	cl, code := sc.start(fs, args, func(n int) bool { return n >= 2 })
 	if cl == nil {
 		return code
@@ -42,6 +44,9 @@ func sessionExecMain(ctx context.Context, sc *sessionCtx, args []string) int {
 	}
 	if c.bg {
 		return c.background(ctx, sc, cl, argv)
+	}
+	if c.stdin {
+		return sc.fail(sandbox.Errorf(sandbox.BadInput, "open_stdin", "--open-stdin needs --background"))
 	}
 	stdin, err := readStdin()
 	if err != nil {
@@ -66,9 +71,10 @@ func sessionExecMain(ctx context.Context, sc *sessionCtx, args []string) int {
 
 // background starts argv[1:] in session argv[0] as a background exec and
 // prints its exec id (its record with --json). Stdin is not read: a
-// background exec takes none.
+// background exec's is empty, or with --open-stdin what session write
+// sends it.
 func (c *sessionExecCmd) background(ctx context.Context, sc *sessionCtx, cl *client.Client, argv []string) int {
-	ex, err := cl.StartBackground(ctx, argv[0], &sandbox.Exec{Argv: argv[1:], Env: c.env, Dir: c.dir, Wall: c.wall})
+	ex, err := cl.StartBackground(ctx, argv[0], &sandbox.Exec{Argv: argv[1:], Env: c.env, Dir: c.dir, Wall: c.wall, OpenStdin: c.stdin})
 	if err != nil {
 		return sc.fail(err)
 	}

@@ -15,15 +15,38 @@ import (
 // sandbox.Processes here): each runs until killed, its stdout its argv.
 var memProcs = struct {
 	sync.Mutex
-	m map[*memBox][]*sandbox.Process
-}{m: map[*memBox][]*sandbox.Process{}}
+	m    map[*memBox][]*sandbox.Process
+	open map[*sandbox.Process]bool // started with an open stdin, not yet closed
+}{m: map[*memBox][]*sandbox.Process{}, open: map[*sandbox.Process]bool{}}
 
 func (b *memBox) Start(_ context.Context, e *sandbox.Exec) (*sandbox.Process, error) {
 	memProcs.Lock()
 	defer memProcs.Unlock()
 	p := &sandbox.Process{ID: e.ID, Pid: 40 + len(memProcs.m[b]), Argv: e.Argv, Running: true, Stdout: []byte(strings.Join(e.Argv, " ") + "\n")}
 	memProcs.m[b] = append(memProcs.m[b], p)
+	memProcs.open[p] = e.OpenStdin
 	return p, nil
+}
+
+// WriteStdin takes at most 3 bytes a call, as a pipe that is nearly full
+// would, echoing them to stdout; a close ends the process (exit 0).
+func (b *memBox) WriteStdin(_ context.Context, id string, data []byte, end bool) (int, error) {
+	memProcs.Lock()
+	defer memProcs.Unlock()
+	i, err := b.proc(id)
+	if err != nil {
+		return 0, err
+	}
+	p := memProcs.m[b][i]
+	if !memProcs.open[p] {
+		return 0, sandbox.Errorf(sandbox.Conflict, "process", "background process %s: its stdin is closed", id)
+	}
+	n := min(len(data), 3)
+	p.Stdout = append(p.Stdout, data[:n]...)
+	if end && n == len(data) {
+		memProcs.open[p], p.Running = false, false
+	}
+	return n, nil
 }
 
 func (b *memBox) Processes(context.Context) ([]sandbox.Process, error) {
@@ -106,5 +129,41 @@ func TestSessionBackgroundCLI(t *testing.T) {
 	}
 	if out, _, code := run("ps", id); code != 0 || len(strings.Fields(out)) != 6 {
 		t.Errorf("ps after the kill: %d %q", code, out)
+	}
+}
+
+// TestSessionWriteCLI: exec --background --open-stdin starts a process
+// whose stdin session write streams this command's stdin to, resending
+// what the pipe did not take and closing it at the end; a second write is
+// the closed stdin's conflict, and --open-stdin without --background is
+// refused.
+func TestSessionWriteCLI(t *testing.T) {
+	url := memDaemon(t)
+	run := func(in string, args ...string) (string, string, int) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		sc := &sessionCtx{g: &globals{stateDir: t.TempDir()}, in: strings.NewReader(in), stdout: &out, stderr: &errb}
+		args = append([]string{args[0], "--remote", url, "--token", "tok"}, args[1:]...)
+		code := sc.dispatch(context.Background(), args)
+		return out.String(), errb.String(), code
+	}
+	id, _, _ := run("", "create", "--trust", "trusted")
+	id = strings.TrimSpace(id)
+	eid, errs, code := run("", "exec", "--background", "--open-stdin", id, "--", "cat")
+	eid = strings.TrimSpace(eid)
+	if code != 0 || errs != "" {
+		t.Fatalf("exec --background --open-stdin: %q %q %d", eid, errs, code)
+	}
+	if out, errs, code := run("hello, world\n", "write", id, eid); code != 0 || out != "" || errs != "" {
+		t.Fatalf("write: %d %q %q", code, out, errs)
+	}
+	if out, _, code := run("", "ps", id, eid); code != 0 || out != "cat\nhello, world\n" {
+		t.Errorf("ps ID EID after the write: %d %q", code, out)
+	}
+	if _, errs, code := run("more", "write", id, eid); code != exitBadInput || errs != "wovyr: conflict (process): background process "+eid+": its stdin is closed\n" {
+		t.Errorf("a second write: %d %q", code, errs)
+	}
+	if _, errs, code := run("", "exec", "--open-stdin", id, "--", "cat"); code != exitBadInput || errs != "wovyr: bad-input (open_stdin): --open-stdin needs --background\n" {
+		t.Errorf("--open-stdin alone: %d %q", code, errs)
 	}
 }

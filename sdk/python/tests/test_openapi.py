@@ -26,7 +26,7 @@ NOT_OFFERED = {("POST", "/v1/backends/{name}/certify"), ("GET", "/v1/openapi.yam
                ("POST", "/v1/plugins"), ("GET", "/v1/plugins"), ("GET", "/v1/plugins/{name}"),
                ("DELETE", "/v1/plugins/{name}"), ("POST", "/v1/plugins/{name}/call"),
                ("GET", "/v1/sessions/{id}/processes"), ("GET", "/v1/sessions/{id}/processes/{eid}"),
-               ("DELETE", "/v1/sessions/{id}/processes/{eid}")}
+               ("DELETE", "/v1/sessions/{id}/processes/{eid}"), ("POST", "/v1/sessions/{id}/processes/{eid}/stdin")}
 
 
 def parse(text):

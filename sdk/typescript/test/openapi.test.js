@@ -19,7 +19,8 @@ const SPEC = new URL("../../../server/openapi.yaml", import.meta.url);
 // session's background processes (issue 21), not offered by the SDK yet.
 const NOT_OFFERED = new Set(["POST /v1/backends/{name}/certify", "GET /v1/openapi.yaml",
   "POST /v1/plugins", "GET /v1/plugins", "GET /v1/plugins/{name}", "DELETE /v1/plugins/{name}", "POST /v1/plugins/{name}/call",
-  "GET /v1/sessions/{id}/processes", "GET /v1/sessions/{id}/processes/{eid}", "DELETE /v1/sessions/{id}/processes/{eid}"]);
+  "GET /v1/sessions/{id}/processes", "GET /v1/sessions/{id}/processes/{eid}", "DELETE /v1/sessions/{id}/processes/{eid}",
+  "POST /v1/sessions/{id}/processes/{eid}/stdin"]);
 
 /** Block YAML to nested objects: "key:" opens a mapping, "key: value" stores the raw value. */
 export function parse(text) {
