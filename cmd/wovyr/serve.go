@@ -137,16 +137,50 @@ func (c *serveCmd) run(ctx context.Context, g *globals) error {
 	}
 	addr := ln.Addr().String()
 	fmt.Fprintf(os.Stderr, "wovyr: listening on http://%s (state %s)\n", addr, g.stateDir)
-	if c.addrFile != "" {
-		tmp := c.addrFile + ".tmp"
-		if err := os.WriteFile(tmp, []byte(addr+"\n"), 0o644); err != nil {
-			return err
+	for _, f := range []string{c.addrFile, filepath.Join(g.stateDir, localAddrFile)} {
+		if f == "" {
+			continue
 		}
-		if err := os.Rename(tmp, c.addrFile); err != nil {
+		if err := writeAddr(f, addr); err != nil {
 			return err
 		}
 	}
+	// The state dir's address goes with the daemon (a crash leaves it,
+	// and the store's lock, which a reader checks, says it is stale).
+	defer os.Remove(filepath.Join(g.stateDir, localAddrFile))
 	return srv.Run(ctx, ln)
+}
+
+// localAddrFile, in the state dir, is the address of the daemon that holds
+// it: where commands without --remote find it (localDaemon).
+const localAddrFile = "serve.addr"
+
+func writeAddr(path, addr string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(addr+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// localDaemon is the URL of the daemon that holds the state dir, from its
+// address file, checked against the store's lock: a file a crashed daemon
+// left names no one.
+func localDaemon(g *globals) (string, bool) {
+	b, err := os.ReadFile(filepath.Join(g.stateDir, localAddrFile))
+	addr := strings.TrimSpace(string(b))
+	if err != nil || addr == "" {
+		return "", false
+	}
+	s, err := store.Open(g.stateDir, 50*time.Millisecond)
+	if err == nil {
+		s.Close()
+		return "", false // nobody holds it
+	}
+	if !errors.Is(err, store.ErrLocked) {
+		return "", false
+	}
+	return "http://" + addr, true
 }
 
 // bootstrapTenant adds tenant "default" (admin) whose token lives in the

@@ -51,14 +51,19 @@ func (sc *sessionCtx) stdin() io.Reader {
 
 // register adds the daemon flags to fs.
 func (sc *sessionCtx) register(fs *flag.FlagSet) {
-	fs.StringVar(&sc.remote, "remote", os.Getenv("WOVYR_REMOTE"), "the wovyr daemon's URL, e.g. http://127.0.0.1:8080 (default $WOVYR_REMOTE)")
+	fs.StringVar(&sc.remote, "remote", os.Getenv("WOVYR_REMOTE"), "the wovyr daemon's URL, e.g. http://127.0.0.1:8080 (default $WOVYR_REMOTE, else the daemon serving the state dir)")
 	fs.StringVar(&sc.token, "token", "", "bearer token (default $WOVYR_TOKEN, else the daemon's bootstrap token in the state dir)")
 }
 
-// client is the daemon's client, or a usage error without --remote.
+// client is the daemon's client: --remote's, else the one that holds the
+// state dir (wovyr serve over it), else a usage error.
 func (sc *sessionCtx) client() (*client.Client, error) {
 	if sc.remote == "" {
-		return nil, sandbox.Errorf(sandbox.BadInput, "remote", "%ss live in a daemon: give --remote URL (or $WOVYR_REMOTE)", sc.groupName())
+		local, ok := localDaemon(sc.g)
+		if !ok {
+			return nil, sandbox.Errorf(sandbox.BadInput, "remote", "%ss live in a daemon, and none serves the state dir %s: start wovyr serve, or give --remote URL (or $WOVYR_REMOTE)", sc.groupName(), sc.g.stateDir)
+		}
+		sc.remote = local
 	}
 	return client.New(sc.remote, daemonToken(sc.g, sc.token), nil), nil
 }

@@ -261,8 +261,27 @@ func TestSessionCLI(t *testing.T) {
 		t.Errorf("no subcommand: %d %q", code, errs)
 	}
 	var out bytes.Buffer
-	sc := &sessionCtx{g: &globals{stateDir: t.TempDir()}, stdout: io.Discard, stderr: &out}
-	if code := sc.dispatch(context.Background(), []string{"ls"}); code != exitBadInput || out.String() != "wovyr: bad-input (remote): sessions live in a daemon: give --remote URL (or $WOVYR_REMOTE)\n" {
+	state := t.TempDir()
+	sc := &sessionCtx{g: &globals{stateDir: state}, stdout: io.Discard, stderr: &out}
+	want := "wovyr: bad-input (remote): sessions live in a daemon, and none serves the state dir " + state + ": start wovyr serve, or give --remote URL (or $WOVYR_REMOTE)\n"
+	if code := sc.dispatch(context.Background(), []string{"ls"}); code != exitBadInput || out.String() != want {
 		t.Errorf("without --remote: %d %q", code, out.String())
+	}
+	// A daemon over the state dir: its address file, and the store's lock
+	// held (here by the test, as a daemon holds it).
+	os.WriteFile(filepath.Join(state, localAddrFile), []byte(strings.TrimPrefix(url, "http://")+"\n"), 0o644)
+	out.Reset()
+	if code := sc.dispatch(context.Background(), []string{"ls", "--token", "tok"}); code != exitBadInput || out.String() != want {
+		t.Errorf("an address file no daemon holds: %d %q", code, out.String())
+	}
+	st, err := store.Open(state, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var listed bytes.Buffer
+	sc = &sessionCtx{g: &globals{stateDir: state}, stdout: &listed, stderr: &out}
+	if code := sc.dispatch(context.Background(), []string{"ls", "--token", "tok"}); code != 0 || !strings.Contains(listed.String(), id) {
+		t.Errorf("through the state dir's daemon: %d %q %q", code, listed.String(), out.String())
 	}
 }
