@@ -110,6 +110,23 @@ export interface ExecOptions {
   output?: number;
 }
 
+export interface StartOptions {
+  env?: string[];
+  /** working directory relative to the workspace */
+  dir?: string;
+  output?: number;
+  /** keep its stdin open for writeStdin */
+  openStdin?: boolean;
+}
+
+/** What a write to a background process's stdin took. */
+export interface StdinWrite {
+  /** the bytes its stdin took; the rest is the caller's to send again */
+  written: number;
+  /** its stdin is closed (close was asked and all of data was written) */
+  closed: boolean;
+}
+
 /** How a workload ended. */
 export class Result {
   constructor(raw: Record<string, unknown>);
@@ -150,7 +167,11 @@ export interface ExecRecord {
   session: string;
   argv: string[];
   dir?: string;
-  state: "running" | "done" | "failed" | "interrupted";
+  state: "running" | "done" | "failed" | "interrupted" | "killed";
+  /** a background process's, with its pid inside the sandbox */
+  background?: boolean;
+  open_stdin?: boolean;
+  pid?: number;
   started: string;
   ended?: string;
   result?: Result;
@@ -245,6 +266,11 @@ export class Session {
   remove(path: string): Promise<void>;
   readArchive(path?: string): Promise<Uint8Array>;
   writeArchive(data: Uint8Array, path?: string): Promise<void>;
+  start(argv: string[], opts?: StartOptions): Promise<ExecRecord>;
+  processes(): Promise<ExecRecord[]>;
+  process(eid: string): Promise<ExecRecord>;
+  kill(eid: string): Promise<ExecRecord>;
+  writeStdin(eid: string, data: Bytes, opts?: { close?: boolean }): Promise<StdinWrite>;
   pause(): Promise<this>;
   resume(): Promise<this>;
   close(): Promise<this>;

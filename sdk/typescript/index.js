@@ -32,6 +32,10 @@ export const ROUTES = Object.freeze({
   archivePut: ["PUT", "/v1/sessions/{id}/files/archive"],
   sessionPause: ["POST", "/v1/sessions/{id}/pause"],
   sessionResume: ["POST", "/v1/sessions/{id}/resume"],
+  processes: ["GET", "/v1/sessions/{id}/processes"],
+  processGet: ["GET", "/v1/sessions/{id}/processes/{eid}"],
+  processKill: ["DELETE", "/v1/sessions/{id}/processes/{eid}"],
+  processStdin: ["POST", "/v1/sessions/{id}/processes/{eid}/stdin"],
 });
 
 /** Invocation states that end a record. */
@@ -351,8 +355,48 @@ export class Session {
 
   /** One exec's record: running, or how it ended. @param {string} eid */
   async execRecord(eid) {
-    const rec = await this.client.json("execGet", { id: this.id, eid });
-    return rec.result ? { ...rec, result: new Result(rec.result) } : rec;
+    return withResult(await this.client.json("execGet", { id: this.id, eid }));
+  }
+
+  /**
+   * Starts a background process and resolves to its record (running, with
+   * its pid): it outlives later execs until it exits, is killed or the
+   * session ends. With openStdin, writeStdin feeds it.
+   * @param {string[]} argv
+   * @param {import("./index.js").StartOptions} [opts]
+   */
+  async start(argv, opts = {}) {
+    const payload = dropUndefined({ argv: [...argv], env: opts.env, dir: opts.dir, output: opts.output, background: true,
+      open_stdin: opts.openStdin || undefined });
+    return this.client.json("exec", { id: this.id, payload });
+  }
+
+  /** The background processes the session holds, oldest first. */
+  async processes() {
+    return (await this.client.json("processes", { id: this.id })).processes;
+  }
+
+  /** One background process, with its output so far. @param {string} eid */
+  async process(eid) {
+    return withResult(await this.client.json("processGet", { id: this.id, eid }));
+  }
+
+  /** Kills a background process with its own session's processes; its final record. @param {string} eid */
+  async kill(eid) {
+    return withResult(await this.client.json("processKill", { id: this.id, eid }));
+  }
+
+  /**
+   * Writes data to a background process's stdin as far as its pipe takes it
+   * now (written; the rest is the caller's to send again), closing it after
+   * all of it if close (closed).
+   * @param {string} eid @param {Uint8Array|string} data @param {{close?: boolean}} [opts]
+   */
+  async writeStdin(eid, data, { close = false } = {}) {
+    const body = typeof data === "string" ? enc.encode(data) : data;
+    const resp = await this.client.request("processStdin", { id: this.id, eid, query: close ? { close: "true" } : undefined,
+      body, ctype: "application/octet-stream" });
+    return resp.json();
   }
 
   /**
@@ -408,7 +452,11 @@ export class Session {
     await this.client.request("archivePut", { id: this.id, query: { path }, body: data, ctype: "application/x-tar" });
   }
 
-  /** Pauses now: the workspace kept, the sandbox given back; the next exec or file call resumes it. */
+  /**
+   * Pauses now, the sandbox given back: saved whole where its backend can
+   * (resumeMode "snapshot": files and processes kept), else its workspace
+   * kept ("restart"); the next exec or file call resumes it.
+   */
   async pause() {
     this.update(await this.client.json("sessionPause", { id: this.id }));
     return this;
@@ -430,6 +478,11 @@ export class Session {
   async [Symbol.asyncDispose]() {
     if (this.state === "creating" || this.state === "running" || this.state === "paused") await this.close();
   }
+}
+
+/** @param {any} rec */
+function withResult(rec) {
+  return rec.result ? { ...rec, result: new Result(rec.result) } : rec;
 }
 
 /** @param {string[]} argv @param {import("./index.js").ExecOptions} o */

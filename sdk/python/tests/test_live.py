@@ -211,6 +211,24 @@ class LiveTest(unittest.TestCase):
             self.assertEqual(s.exec(["cat", "vendor/pkg/lib.txt"]).stdout, b"lib v1\n")
             self.assertEqual(s.refresh().state, "running")
             self.assertEqual(s.pause().resume().state, "running")
+            # A background process fed through its open stdin while it runs.
+            cat = s.start(["cat"], open_stdin=True)
+            self.assertEqual((cat["state"], cat["background"], cat["open_stdin"]), ("running", True, True))
+            self.assertEqual(s.write_stdin(cat["id"], "one\n"), {"written": 4, "closed": False})
+            self.assertEqual(s.write_stdin(cat["id"], b"two\n", close=True), {"written": 4, "closed": True})
+            for _ in range(500):
+                rec = s.process(cat["id"])
+                if rec["state"] != "running":
+                    break
+                time.sleep(0.01)
+            self.assertEqual((rec["state"], rec["result"].exit_code, rec["result"].stdout), ("done", 0, b"one\ntwo\n"))
+            with self.assertRaises(wovyr.Conflict):
+                s.write_stdin(cat["id"], "late")
+            sleeper = s.start(["sleep", "600"])
+            self.assertEqual([p["id"] for p in s.processes()], [cat["id"], sleeper["id"]])
+            self.assertEqual(s.kill(sleeper["id"])["state"], "killed")
+            self.assertEqual(s.process(sleeper["id"])["state"], "killed")
+            self.assertEqual([p["id"] for p in s.processes()], [cat["id"]])
         self.assertEqual((s.state, s.end_reason), ("ended", "deleted"))
         with self.assertRaises(wovyr.Conflict):
             s.exec(["true"])

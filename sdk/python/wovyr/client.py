@@ -35,6 +35,10 @@ ROUTES = {
     "archive_put": ("PUT", "/v1/sessions/{id}/files/archive"),
     "session_pause": ("POST", "/v1/sessions/{id}/pause"),
     "session_resume": ("POST", "/v1/sessions/{id}/resume"),
+    "processes": ("GET", "/v1/sessions/{id}/processes"),
+    "process_get": ("GET", "/v1/sessions/{id}/processes/{eid}"),
+    "process_kill": ("DELETE", "/v1/sessions/{id}/processes/{eid}"),
+    "process_stdin": ("POST", "/v1/sessions/{id}/processes/{eid}/stdin"),
 }
 
 TERMINAL = ("done", "failed", "lost")
@@ -375,10 +379,7 @@ class Session:
 
     def exec_record(self, eid: str) -> Dict[str, Any]:
         """One exec's record: running, or how it ended (``result`` a :class:`Result`)."""
-        rec = self._c._json("exec_get", self.id, eid=eid)
-        if rec.get("result") is not None:
-            rec["result"] = Result.from_json(rec["result"])
-        return rec
+        return _with_result(self._c._json("exec_get", self.id, eid=eid))
 
     def exec_events(self, eid: str, *, last_event_id: Optional[int] = None) -> Iterator[Event]:
         """The events of exec ``eid``, from the start or after ``last_event_id``."""
@@ -417,9 +418,41 @@ class Session:
         extracted there is refused whole (:class:`BadInput`)."""
         self._c._request("archive_put", self.id, query={"path": path}, body=bytes(data), ctype="application/x-tar")
 
+    def start(self, argv: Sequence[str], *, env: Optional[Iterable[str]] = None, dir: Optional[str] = None,
+              output: Optional[int] = None, open_stdin: bool = False) -> Dict[str, Any]:
+        """Start a background process and return its record (running, with
+        its ``pid``): it outlives later execs until it exits, is killed or
+        the session ends. With ``open_stdin``, :meth:`write_stdin` feeds it."""
+        e = _drop_none({"argv": list(argv), "env": None if env is None else list(env), "dir": dir, "output": output,
+                        "background": True, "open_stdin": open_stdin or None})
+        return self._c._json("exec", self.id, payload=e)
+
+    def processes(self) -> List[Dict[str, Any]]:
+        """The background processes the session holds, oldest first."""
+        return self._c._json("processes", self.id)["processes"]
+
+    def process(self, eid: str) -> Dict[str, Any]:
+        """One background process, with its output so far (``result``)."""
+        return _with_result(self._c._json("process_get", self.id, eid=eid))
+
+    def kill(self, eid: str) -> Dict[str, Any]:
+        """Kill a background process with its own session's processes; its final record."""
+        return _with_result(self._c._json("process_kill", self.id, eid=eid))
+
+    def write_stdin(self, eid: str, data: Bytes, *, close: bool = False) -> Dict[str, Any]:
+        """Write ``data`` to a background process's stdin as far as its
+        pipe takes it now (``written``; the rest is yours to send again),
+        closing it after all of it if ``close`` (``closed``)."""
+        query = {"close": "true"} if close else None
+        _, raw = self._c._request("process_stdin", self.id, eid=eid, query=query,
+                                  body=data.encode() if isinstance(data, str) else bytes(data),
+                                  ctype="application/octet-stream")
+        return json.loads(raw)
+
     def pause(self) -> "Session":
-        """Pause now: the workspace is kept, the sandbox given back. The
-        next exec or file call resumes it (``resume`` says how)."""
+        """Pause now, the sandbox given back: saved whole where its backend
+        can (``resume_mode`` "snapshot": files and processes kept), else its
+        workspace kept ("restart"). The next exec or file call resumes it."""
         self._update(self._c._json("session_pause", self.id))
         return self
 
@@ -432,6 +465,12 @@ class Session:
         """End the session: its sandbox is destroyed."""
         self._update(self._c._json("session_delete", self.id))
         return self
+
+
+def _with_result(rec: Dict[str, Any]) -> Dict[str, Any]:
+    if rec.get("result") is not None:
+        rec["result"] = Result.from_json(rec["result"])
+    return rec
 
 
 def _exec_request(argv, stdin, env, dir, timeout, output) -> Dict[str, Any]:

@@ -191,6 +191,22 @@ test("a session: files, execs, live output, tenant isolation, end, archives, pau
   assert.equal(text((await s.exec(["cat", "copy/src/hello.sh"])).stdout), "echo hello $1 > out.txt\n");
   assert.equal((await s.refresh()).state, "running");
   assert.equal((await (await s.pause()).resume()).state, "running");
+  // A background process fed through its open stdin while it runs.
+  const cat = await s.start(["cat"], { openStdin: true });
+  assert.deepEqual([cat.state, cat.background, cat.open_stdin], ["running", true, true]);
+  assert.deepEqual(await s.writeStdin(cat.id, "one\n"), { written: 4, closed: false });
+  assert.deepEqual(await s.writeStdin(cat.id, new TextEncoder().encode("two\n"), { close: true }), { written: 4, closed: true });
+  let proc = await s.process(cat.id);
+  for (let i = 0; i < 500 && proc.state === "running"; i++) {
+    await new Promise((r) => setTimeout(r, 10));
+    proc = await s.process(cat.id);
+  }
+  assert.deepEqual([proc.state, proc.result.exitCode, text(proc.result.stdout)], ["done", 0, "one\ntwo\n"]);
+  await assert.rejects(s.writeStdin(cat.id, "late"), wovyr.Conflict);
+  const sleeper = await s.start(["sleep", "600"]);
+  assert.deepEqual((await s.processes()).map((p) => p.id), [cat.id, sleeper.id]);
+  assert.equal((await s.kill(sleeper.id)).state, "killed");
+  assert.deepEqual((await s.processes()).map((p) => p.id), [cat.id]);
   await s.close();
   assert.deepEqual([s.state, s.endReason], ["ended", "deleted"]);
   await assert.rejects(s.exec(["true"]), wovyr.Conflict);

@@ -15,12 +15,10 @@ import * as wovyr from "../index.js";
 const SPEC = new URL("../../../server/openapi.yaml", import.meta.url);
 
 // Routes of the spec the SDK leaves out on purpose: the admin-only
-// certification, the spec itself, component plugins (issue 20) and a
-// session's background processes (issue 21), not offered by the SDK yet.
+// certification, the spec itself and component plugins (issue 20), not
+// offered by the SDK yet.
 const NOT_OFFERED = new Set(["POST /v1/backends/{name}/certify", "GET /v1/openapi.yaml",
-  "POST /v1/plugins", "GET /v1/plugins", "GET /v1/plugins/{name}", "DELETE /v1/plugins/{name}", "POST /v1/plugins/{name}/call",
-  "GET /v1/sessions/{id}/processes", "GET /v1/sessions/{id}/processes/{eid}", "DELETE /v1/sessions/{id}/processes/{eid}",
-  "POST /v1/sessions/{id}/processes/{eid}/stdin"]);
+  "POST /v1/plugins", "GET /v1/plugins", "GET /v1/plugins/{name}", "DELETE /v1/plugins/{name}", "POST /v1/plugins/{name}/call"]);
 
 /** Block YAML to nested objects: "key:" opens a mapping, "key: value" stores the raw value. */
 export function parse(text) {
