@@ -28,6 +28,7 @@ func TestSessionBackgroundThroughAPI(t *testing.T) {
 		backend string
 	}{{sandbox.Trusted, "container"}, {sandbox.Untrusted, "gvisor"}} {
 		t.Run(c.backend, func(t *testing.T) { backgroundScenario(t, h, c.trust, c.backend) })
+		t.Run(c.backend+"/stdin", func(t *testing.T) { stdinScenario(t, h, c.trust, c.backend) })
 	}
 }
 
