@@ -108,4 +108,7 @@ var catalogue = []Row{
 	{95, "GPU: assigned only", "N,C,G"},
 	{96, "GPU: residue", "C,G"},
 	{97, "GPU: env override", "C,G"},
+	// BATTERY.md's "Tenant-bound snapshot" (a session row, unnumbered
+	// there): a paused session's saved sandbox resumes for its tenant only.
+	{98, "Tenant-bound snapshot", "G,M"},
 }

@@ -189,7 +189,11 @@ func TestBackgroundRefusedWithoutProcesses(t *testing.T) {
 		t.Errorf("exec: %v", err)
 	}
 	if _, err := fx.m.Start(ctx, "acme", v.ID, &sandbox.Exec{Argv: []string{"x"}, Background: true, Stdin: []byte("in")}); err == nil ||
-		err.Error() != "bad-input (stdin): a background exec takes no stdin" {
+		err.Error() != "bad-input (stdin): a background exec takes no stdin (open_stdin streams it)" {
 		t.Errorf("stdin: %v", err)
+	}
+	if _, err := fx.m.Exec(ctx, "acme", v.ID, &sandbox.Exec{Argv: []string{"cat"}, OpenStdin: true}); err == nil ||
+		err.Error() != "bad-input (open_stdin): only a background exec keeps its stdin open" {
+		t.Errorf("open_stdin without background: %v", err)
 	}
 }

@@ -119,6 +119,7 @@ func Suite(b *Backend, image string) battery.Suite {
 			delete(na, p.ID)
 		}
 		maps.Copy(na, cloneNotApplicable)
+		probes = append(probes, pausedProbe(b)) // battery_paused.go
 	}
 	probes = append(probes, battery.GPUProbes(b.name)...) // they run only where a GPU exists
 	if b.gvisor {

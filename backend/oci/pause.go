@@ -41,6 +41,7 @@ const (
 
 // pausedMeta is a paused sandbox's own record beside snapshot.PausedRecord.
 type pausedMeta struct {
+	Tenant string         `json:"tenant"` // as the store's record has it
 	Image  string         `json:"image"`
 	Limits sandbox.Limits `json:"limits"` // the template's shape
 	Claim  sandbox.Limits `json:"claim"`  // the session's limits, as its agent holds them
@@ -68,7 +69,7 @@ func (s *Sandbox) unpausable() string {
 	switch {
 	case !s.b.gvisor:
 		return "only gVisor sandboxes checkpoint (CRIU is not adopted)"
-	case s.b.weak != "":
+	case s.b.weak != "" && s.b.weak != PausedAnyTenant:
 		return "a positive control's sandbox"
 	case s.net != nil || s.boot.netstack:
 		return "its network is bound to this sandbox's egress slot"
@@ -136,7 +137,7 @@ func (s *Sandbox) pause(ctx context.Context, ss *session, tenant string) (sandbo
 	if err := saveUpper(ctx, filepath.Join(s.dir, "upper", "data"), build.Path(pausedUpper)); err != nil {
 		return sandbox.Paused{}, fmt.Errorf("keep the upper layer: %w", err)
 	}
-	meta := pausedMeta{Image: s.image, Limits: s.limits, Claim: ss.lim, IDs: s.slot.ids}
+	meta := pausedMeta{Tenant: tenant, Image: s.image, Limits: s.limits, Claim: ss.lim, IDs: s.slot.ids}
 	if s.boot.identified() {
 		id := s.boot.ident
 		meta.Ident = &id
@@ -204,6 +205,9 @@ func (b *Backend) Resume(ctx context.Context, ps sandbox.Paused, tenant string) 
 	if err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "paused sandboxes")
 	}
+	if b.weak == PausedAnyTenant {
+		tenant = b.pausedOwner(ps.ID, tenant) // row 98's positive control only
+	}
 	rec, err := store.OpenPaused(b.name, ps.ID, tenant)
 	switch {
 	case errors.Is(err, snapshot.ErrWrongTenant):
@@ -234,6 +238,17 @@ func (b *Backend) Resume(ctx context.Context, ps sandbox.Paused, tenant string) 
 		return nil, err
 	}
 	return s, nil
+}
+
+// pausedOwner is the tenant a paused sandbox's own record names, read
+// without the store's check: for PausedAnyTenant only.
+func (b *Backend) pausedOwner(id, asker string) string {
+	var meta pausedMeta
+	js, err := os.ReadFile(filepath.Join(snapshotsDir(b.cfg.StateDir), "paused", b.name, filepath.Base(id), pausedInfo))
+	if err != nil || json.Unmarshal(js, &meta) != nil {
+		return asker
+	}
+	return meta.Tenant
 }
 
 // Discard implements sandbox.Resumer.

@@ -38,7 +38,7 @@ func (s *Sandbox) Open(ctx context.Context, c *sandbox.Claim) error {
 	lim := s.b.weaken(c.Limits.WithDefaults())
 	if p := s.boot.paused; p != nil {
 		switch {
-		case inv.Tenant != p.rec.Tenant:
+		case inv.Tenant != p.rec.Tenant && s.b.weak != PausedAnyTenant:
 			return wrongTenant("%s sandbox %s resumes tenant %q's session", s.b.name, s.id, p.rec.Tenant)
 		case lim != p.meta.Claim:
 			return sandbox.Errorf(sandbox.BadInput, "limits", "%s sandbox %s resumes a session claimed with other limits", s.b.name, s.id)

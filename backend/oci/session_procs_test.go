@@ -207,7 +207,7 @@ func TestSessionBackgroundRefusals(t *testing.T) {
 	}{
 		{second(s.Start(ctx, &sandbox.Exec{Argv: []string{"sh", "-c", "touch extra"}, Background: true})),
 			"bad-input (background): the session holds 16 background processes, the most it may (kill one first)"},
-		{second(s.Start(ctx, &sandbox.Exec{Argv: []string{"cat"}, Stdin: []byte("x"), Background: true})), "bad-input (stdin): a background exec takes no stdin"},
+		{second(s.Start(ctx, &sandbox.Exec{Argv: []string{"cat"}, Stdin: []byte("x"), Background: true})), "bad-input (stdin): a background exec takes no stdin (open_stdin streams it)"},
 		{second(s.Start(ctx, &sandbox.Exec{Argv: []string{"true"}, Wall: time.Second, Background: true})),
 			"bad-input (wall): a background exec has no wall limit: it runs until it exits, is killed or its session ends"},
 		{second(s.Exec(ctx, &sandbox.Exec{Argv: []string{"true"}, Background: true})), "bad-input (background): a background exec is started with Start (sandbox.Processes)"},
