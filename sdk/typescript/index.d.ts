@@ -89,6 +89,15 @@ export interface RunOptions {
   /** output cap per stream, bytes */
   output?: number;
   preference?: string;
+  /** where it may run; nothing allowed rejects with ResidencyUnmet */
+  residency?: Residency;
+}
+
+/** An invocation's or session's residency request (policy.residency). */
+export interface Residency {
+  regions?: string[];
+  data_class?: string;
+  labels?: Record<string, string>;
 }
 
 export interface SessionOptions {
@@ -99,6 +108,8 @@ export interface SessionOptions {
   memory?: number;
   idleTimeout?: number;
   maxLifetime?: number;
+  /** where it may run; the node must be allowed (ResidencyUnmet otherwise) */
+  residency?: Residency;
 }
 
 export interface ExecOptions {

@@ -248,8 +248,8 @@ export class Client {
    * longest wall-clock limit, in seconds.
    * @param {import("./index.js").SessionOptions} [opts]
    */
-  async createSession({ trust = "internal", image, timeout, memory, idleTimeout, maxLifetime } = {}) {
-    const req = dropUndefined({ image, policy: { trust }, limits: dropUndefined({ wall: ns(timeout), memory }),
+  async createSession({ trust = "internal", image, timeout, memory, idleTimeout, maxLifetime, residency } = {}) {
+    const req = dropUndefined({ image, policy: dropUndefined({ trust, residency }), limits: dropUndefined({ wall: ns(timeout), memory }),
       idle_timeout: ns(idleTimeout), max_lifetime: ns(maxLifetime) });
     return new Session(this, await this.json("sessionCreate", { payload: req }));
   }
@@ -286,7 +286,7 @@ function invocation(argv, o) {
     workload: dropUndefined({ kind: "command", argv: [...argv], image: o.image, stdin: b64(o.stdin), env: o.env,
       files, collect: o.collect }),
     limits: dropUndefined({ wall: ns(o.timeout), memory: o.memory, output: o.output }),
-    policy: dropUndefined({ trust: o.trust ?? "internal", preference: o.preference }),
+    policy: dropUndefined({ trust: o.trust ?? "internal", preference: o.preference, residency: o.residency }),
   };
 }
 

@@ -169,6 +169,15 @@ class LiveTest(unittest.TestCase):
         self.assertEqual((p.stdout, p.stderr, p.returncode),
                          ("0 42\nhi from /workspace\none\ntwo\nexit 0\n409 floor-unmet\n", "", 0))
 
+    def test_residency(self):
+        # This node has no region: a request for one refuses, typed, and
+        # starts nothing.
+        for call in (lambda: self.alice.run(["true"], residency={"regions": ["nowhere-1"]}),
+                     lambda: self.alice.create_session(residency={"regions": ["nowhere-1"]})):
+            with self.assertRaises(wovyr.ResidencyUnmet) as cm:
+                call()
+            self.assertEqual(cm.exception.status, 409)
+
     def test_session(self):
         with self.alice.create_session(image="busybox", timeout=20, idle_timeout=60) as s:
             self.assertEqual((s.state, s.backend, s.tenant, len(s.id)), ("running", "container", "alice", 32))

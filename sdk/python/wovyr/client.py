@@ -270,10 +270,13 @@ class Client:
 
     def create_session(self, *, trust: str = "internal", image: Optional[str] = None, timeout: Optional[float] = None,
                        memory: Optional[int] = None, idle_timeout: Optional[float] = None,
-                       max_lifetime: Optional[float] = None) -> "Session":
+                       max_lifetime: Optional[float] = None,
+                       residency: Optional[Mapping[str, Any]] = None) -> "Session":
         """Create a long-lived sandbox. ``timeout`` is each exec's default
-        and longest wall-clock limit, in seconds."""
-        req = _drop_none({"image": image, "policy": {"trust": trust},
+        and longest wall-clock limit, in seconds; ``residency`` must allow
+        the node (ResidencyUnmet otherwise)."""
+        req = _drop_none({"image": image,
+                          "policy": _drop_none({"trust": trust, "residency": None if residency is None else dict(residency)}),
                           "limits": _drop_none({"wall": _ns(timeout), "memory": memory}),
                           "idle_timeout": _ns(idle_timeout), "max_lifetime": _ns(max_lifetime)})
         return Session(self, self._json("session_create", payload=req))

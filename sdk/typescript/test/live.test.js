@@ -212,6 +212,13 @@ test("a session: files, execs, live output, tenant isolation, end, archives, pau
   await assert.rejects(s.exec(["true"]), wovyr.Conflict);
 });
 
+test("residency: a region this node is not in refuses, typed, and starts nothing", async () => {
+  for (const call of [() => alice.run(["true"], { residency: { regions: ["nowhere-1"] } }),
+    () => alice.createSession({ residency: { regions: ["nowhere-1"] } })]) {
+    await assert.rejects(call(), (e) => e instanceof wovyr.ResidencyUnmet && e.status === 409);
+  }
+});
+
 test("the README's example runs as written", () => {
   const readme = readFileSync(join(SDK, "README.md"), "utf8");
   const code = /```js\n([\s\S]*?)```/.exec(readme)[1];
