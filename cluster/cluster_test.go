@@ -357,6 +357,30 @@ func TestClusterResidency(t *testing.T) {
 		t.Fatalf("a missing id: %v", err)
 	}
 
+	// A cancel through a node that does not hold the invocation reaches
+	// the one that does; for its tenant only, and once.
+	long := command()
+	long.Workload.Argv = []string{"/bin/sleep", "30"}
+	long.Policy.Residency = sandbox.Residency{Regions: []string{"us-east"}}
+	run, err := nodes[0].client("alice").Submit(ctx, long, 0)
+	if err != nil || run.Node != "us-1" || run.State == client.StateDone {
+		t.Fatalf("a long run dispatched to us-east: %+v %v", run, err)
+	}
+	if _, err := nodes[1].client("eve").Cancel(ctx, run.ID); !errors.As(err, &ce) || ce.Status != 404 || ce.Message != "not-found (id): no invocation "+run.ID {
+		t.Fatalf("another tenant's cancel through another node: %v", err)
+	}
+	start := time.Now()
+	cancelled, err := nodes[1].client("alice").Cancel(ctx, run.ID)
+	if err != nil || (cancelled.State != client.StateDone && cancelled.State != client.StateFailed) || cancelled.Result == nil || cancelled.Result.Class != sandbox.Killed || time.Since(start) > 20*time.Second {
+		t.Fatalf("cancel through another node: %+v %+v %v (after %s)", cancelled, cancelled.Result, err, time.Since(start))
+	}
+	if _, err := nodes[0].client("alice").Cancel(ctx, run.ID); !errors.As(err, &ce) || ce.Status != 409 {
+		t.Fatalf("a second cancel: %v, want 409", err)
+	}
+	if _, err := nodes[1].client("alice").Cancel(ctx, "nosuchid"); !errors.As(err, &ce) || ce.Status != 404 {
+		t.Fatalf("a missing id's cancel: %v", err)
+	}
+
 	// One NATS server of three stops: the cluster keeps serving (every
 	// stream and bucket has three replicas), eu-2 through another server.
 	nodes[1].stopNATS()

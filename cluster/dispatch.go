@@ -162,6 +162,12 @@ func (n *Node) answerGet(ctx context.Context, ex Executor, m *nats.Msg) {
 	} else {
 		a.Record = &rec
 	}
+	n.respond(m, a)
+}
+
+// respond answers m with a, or with a typed failure if a is more than the
+// cluster carries.
+func (n *Node) respond(m *nats.Msg, a answer) {
 	b, err := json.Marshal(a)
 	if err != nil {
 		return

@@ -27,6 +27,10 @@ func (a *acceptAll) Record(context.Context, string, string, time.Duration) (stor
 	return store.Invocation{}, store.ErrNotFound
 }
 
+func (a *acceptAll) Cancel(context.Context, string, string) (store.Invocation, error) {
+	return store.Invocation{}, store.ErrNotFound
+}
+
 func (a *acceptAll) Certified(context.Context) []cluster.Backend {
 	return []cluster.Backend{{Name: "native", Strength: sandbox.Native, Kinds: []sandbox.WorkloadKind{sandbox.KindCommand}}}
 }

@@ -75,6 +75,10 @@ type Executor interface {
 	Record(ctx context.Context, tenant, id string, wait time.Duration) (store.Invocation, error)
 	// Certified lists the backends available and certified here.
 	Certified(ctx context.Context) []Backend
+	// Cancel cancels the tenant's record id and returns it ended; a
+	// Conflict if it had already ended, store.ErrNotFound for another
+	// tenant's.
+	Cancel(ctx context.Context, tenant, id string) (store.Invocation, error)
 }
 
 // Node is this daemon in its cluster. Create it with Connect, start taking
@@ -165,6 +169,11 @@ func (n *Node) Serve(ctx context.Context, ex Executor) error {
 		return fmt.Errorf("cluster: subscribe: %w", err)
 	}
 	defer getSub.Unsubscribe()
+	cancelSub, err := n.nc.Subscribe(nodePrefix+n.o.Name+".cancel", func(m *nats.Msg) { go n.answerCancel(ctx, ex, m) })
+	if err != nil {
+		return fmt.Errorf("cluster: subscribe: %w", err)
+	}
+	defer cancelSub.Unsubscribe()
 	var stops []func()
 	defer func() {
 		for _, stop := range stops {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -115,28 +116,42 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, t *tenant) {
 // invocation to be recorded as ended, and returns the record.
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, t *tenant) {
 	id := r.PathValue("id")
-	rec, err := s.owned(id, t)
+	rec, err := s.Cancel(r.Context(), t.cfg.Name, id)
+	if errors.Is(err, store.ErrNotFound) && s.cluster != nil {
+		rec, err = s.cluster.Cancel(r.Context(), t.cfg.Name, id) // another node's, or nobody's
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		err = notFound(id, err)
+	}
 	if err != nil {
 		s.writeError(w, err)
 		return
 	}
+	writeJSON(w, http.StatusOK, wire(rec))
+}
+
+// Cancel cancels the tenant's invocation id on this node, waits for it to
+// be recorded as ended and returns the record: a Conflict if it had
+// already ended, store.ErrNotFound for one this node does not hold for
+// that tenant (another tenant's as a missing one). It is also the
+// cluster's cancel of a record this node holds (cluster.Executor).
+func (s *Server) Cancel(ctx context.Context, tenant, id string) (store.Invocation, error) {
+	rec, err := s.store.Get(id)
+	if err == nil && rec.Tenant != tenant {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.Invocation{}, err
+	}
 	if !rec.State.Terminal() && !s.cancel(id, errCancelled) {
-		rec, err = s.store.Get(id) // it ended meanwhile
-		if err != nil {
-			s.writeError(w, notFound(id, err))
-			return
+		if rec, err = s.store.Get(id); err != nil { // it ended meanwhile
+			return store.Invocation{}, err
 		}
 	}
 	if rec.State.Terminal() {
-		s.writeError(w, sandbox.Errorf(Conflict, "", "invocation %s already ended (%s)", id, rec.State))
-		return
+		return store.Invocation{}, sandbox.Errorf(Conflict, "", "invocation %s already ended (%s)", id, rec.State)
 	}
-	rec, err = s.waitDone(r.Context(), id, time.Minute)
-	if err != nil {
-		s.writeError(w, notFound(id, err))
-		return
-	}
-	writeJSON(w, http.StatusOK, wire(rec))
+	return s.waitDone(ctx, id, time.Minute)
 }
 
 // owned returns the record id if tenant t owns it; another tenant's record

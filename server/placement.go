@@ -36,6 +36,10 @@ type Cluster interface {
 	// Placed tells the cluster that this node holds rec (a local
 	// submit), so that the other nodes can answer GET for it.
 	Placed(ctx context.Context, rec store.Invocation) error
+	// Cancel cancels the tenant's record id on the node that holds it and
+	// returns its ended record; store.ErrNotFound if no node holds it for
+	// that tenant, that node's Conflict if it had already ended.
+	Cancel(ctx context.Context, tenant, id string) (store.Invocation, error)
 	// Ended tells the cluster that the record id this node holds ended
 	// in st: a node that dies afterwards did not lose it.
 	Ended(ctx context.Context, id string, st store.State) error
