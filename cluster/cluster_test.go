@@ -381,6 +381,39 @@ func TestClusterResidency(t *testing.T) {
 		t.Fatalf("a missing id's cancel: %v", err)
 	}
 
+	// Its events through a node that does not hold it: the holder's late
+	// reader's sequence, under the same numbers, output included.
+	talk := command()
+	talk.Workload.Argv = []string{"/bin/sh", "-c", "echo one; sleep 0.3; echo two >&2"}
+	talk.Policy.Residency = sandbox.Residency{Regions: []string{"us-east"}}
+	tr, err := nodes[0].client("alice").Submit(ctx, talk, 0)
+	if err != nil || tr.Node != "us-1" {
+		t.Fatalf("a talking run dispatched to us-east: %+v %v", tr, err)
+	}
+	events := func(n *testNode) ([]string, error) {
+		var got []string
+		err := n.client("alice").Events(ctx, tr.ID, func(ev client.Event) error {
+			got = append(got, fmt.Sprintf("%d %s %s %q", ev.Seq, ev.Type, ev.State, ev.Data))
+			return nil
+		})
+		return got, err
+	}
+	remote, err := events(nodes[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := events(nodes[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := strings.Join(remote, "\n")
+	if !slices.Equal(remote, local) || !strings.Contains(joined, ` stdout  "one\n"`) || !strings.Contains(joined, ` stderr  "two\n"`) {
+		t.Fatalf("events through eu-2:\n%s\nthrough us-1 (the holder):\n%s", strings.Join(remote, "\n"), strings.Join(local, "\n"))
+	}
+	if err := nodes[1].client("eve").Events(ctx, tr.ID, func(client.Event) error { return nil }); !errors.As(err, &ce) || ce.Status != 404 {
+		t.Fatalf("another tenant's events through another node: %v", err)
+	}
+
 	// One NATS server of three stops: the cluster keeps serving (every
 	// stream and bucket has three replicas), eu-2 through another server.
 	nodes[1].stopNATS()

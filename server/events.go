@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -157,6 +158,10 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, found error, nex
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, t *tenant) {
 	id := r.PathValue("id")
 	_, err := s.owned(id, t)
+	if s.cluster != nil && sandbox.ClassOf(err) == NotFound {
+		s.eventsRemote(w, r, t, id) // another node's, or nobody's
+		return
+	}
 	s.follow(w, r, err, func() ([]client.Event, bool, <-chan struct{}, <-chan struct{}) {
 		ch := s.note.wait(id)
 		var live []sandbox.Chunk
@@ -175,5 +180,36 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, t *tenant)
 			s.note.notify(id) // nothing else will close ch
 		}
 		return invocationTimeline(rec, live), rec.State.Terminal(), ch, wake
+	})
+}
+
+// remotePoll is how long one read of another node's record waits for it to
+// end: well inside keepaliveEvery, so an idle stream is never silent long.
+const remotePoll = 5 * time.Second
+
+// eventsRemote is GET .../events for an invocation another node of the
+// cluster holds, read through the cluster (Cluster.Get) for the same
+// tenant only. That node's live chunks do not cross the cluster: the
+// stream has its state changes as the record shows them, then at the end
+// the output as the record keeps it, cut where its live stream cut it
+// (sandbox.Replay) — the same events under the same numbers as a late
+// reader on the holding node gets.
+func (s *Server) eventsRemote(w http.ResponseWriter, r *http.Request, t *tenant, id string) {
+	_, err := s.cluster.Get(r.Context(), t.cfg.Name, id, 0)
+	if errors.Is(err, store.ErrNotFound) {
+		err = notFound(id, err)
+	}
+	wait := remotePoll
+	s.follow(w, r, err, func() ([]client.Event, bool, <-chan struct{}, <-chan struct{}) {
+		rec, err := s.cluster.Get(r.Context(), t.cfg.Name, id, wait)
+		if err != nil {
+			// The holder is not answering now: ask again shortly.
+			retry := make(chan struct{})
+			time.AfterFunc(time.Second, func() { close(retry) })
+			return nil, r.Context().Err() != nil, retry, nil
+		}
+		again := make(chan struct{})
+		close(again) // the read above did the waiting
+		return invocationTimeline(rec, nil), rec.State.Terminal(), again, nil
 	})
 }
