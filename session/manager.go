@@ -226,6 +226,13 @@ func (m *Manager) record(l *live, to store.SessionState, reason string, now time
 // recordWith is record with fn's changes to the record made in the same
 // write (fn may be nil).
 func (m *Manager) recordWith(l *live, to store.SessionState, reason string, now time.Time, fn func(*store.Session)) error {
+	return m.recordThen(l, to, reason, now, fn, nil)
+}
+
+// recordThen is recordWith that runs then once the record is durable and
+// before the view shows it (nil: nothing): a pause gives its sandbox back
+// there, so that a reader who sees the session paused finds it gone.
+func (m *Manager) recordThen(l *live, to store.SessionState, reason string, now time.Time, fn func(*store.Session), then func()) error {
 	l.mu.Lock()
 	next := l.rec
 	next.Transitions = slices.Clone(l.rec.Transitions)
@@ -238,6 +245,9 @@ func (m *Manager) recordWith(l *live, to store.SessionState, reason string, now 
 	}
 	if err := m.st.UpdateSession(l.id, func(r *store.Session) error { *r = next; return nil }); err != nil {
 		return err
+	}
+	if then != nil {
+		then()
 	}
 	l.mu.Lock()
 	l.rec = next

@@ -135,20 +135,15 @@ func (m *Manager) pause(ctx context.Context, l *live, reason string) error {
 	if err := writeSynced(path, fr.Data); err != nil {
 		return sandbox.Wrap(sandbox.BackendFailure, err, "keep the workspace of session %s", l.id)
 	}
-	err = m.recordWith(l, store.SessionPaused, reason, m.now(), func(r *store.Session) {
+	err = m.recordThen(l, store.SessionPaused, reason, m.now(), func(r *store.Session) {
 		r.Resume, r.PausedBytes = store.ResumeRestart, int64(len(fr.Data))
+	}, func() {
+		m.endBackground(l, "its session paused (resume: restart keeps its files, not its processes)")
+		m.giveBack(l)
 	})
 	if err != nil {
 		os.Remove(path)
 		return sandbox.Wrap(sandbox.BackendFailure, err, "record session")
-	}
-	release := l.release
-	l.sb, l.release = nil, nil
-	m.endBackground(l, "its session paused (resume: restart keeps its files, not its processes)")
-	if release != nil {
-		if err := release(); err != nil {
-			m.log.Error("session sandbox release", "id", l.id, "tenant", l.tenant, "error", err)
-		}
 	}
 	m.log.Info("session", "id", l.id, "tenant", l.tenant, "backend", l.backend, "state", store.SessionPaused,
 		"reason", reason, "resume", store.ResumeRestart, "bytes", len(fr.Data))

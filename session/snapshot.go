@@ -37,17 +37,11 @@ func (m *Manager) pauseSnapshot(ctx context.Context, l *live, reason string) (do
 		}
 		return false, nil
 	}
-	err = m.recordWith(l, store.SessionPaused, reason, m.now(), func(r *store.Session) {
+	err = m.recordThen(l, store.SessionPaused, reason, m.now(), func(r *store.Session) {
 		r.Resume, r.Paused, r.PausedBytes = store.ResumeSnapshot, &p, p.Bytes
-	})
-	release := l.release
-	l.sb, l.release = nil, nil
-	if release != nil {
-		if rerr := release(); rerr != nil {
-			m.log.Error("session sandbox release", "id", l.id, "tenant", l.tenant, "error", rerr)
-		}
-	}
+	}, func() { m.giveBack(l) })
 	if err != nil {
+		m.giveBack(l) // stopped by its checkpoint whatever the record says
 		m.discardPaused(l, p)
 		return true, sandbox.Wrap(sandbox.BackendFailure, err, "record session")
 	}
@@ -77,6 +71,17 @@ func (m *Manager) resumeSnapshot(ctx context.Context, l *live, reason string, p 
 	m.log.Info("session", "id", l.id, "tenant", l.tenant, "backend", l.backend, "state", store.SessionRunning,
 		"reason", reason, "resume", store.ResumeSnapshot, "paused", p.ID)
 	return nil
+}
+
+// giveBack releases l's sandbox (op held), which destroys it.
+func (m *Manager) giveBack(l *live) {
+	release := l.release
+	l.sb, l.release = nil, nil
+	if release != nil {
+		if err := release(); err != nil {
+			m.log.Error("session sandbox release", "id", l.id, "tenant", l.tenant, "error", err)
+		}
+	}
 }
 
 // discardPaused deletes l's saved sandbox p; a failure is logged, and
