@@ -130,6 +130,16 @@ func TestSoakWithFaults(t *testing.T) {
 		if ctx.Err() != nil {
 			break
 		}
+		if kills == 0 {
+			// The control below needs a sandbox caught with both its
+			// mounts and its cgroup: a kill between a prepare and its
+			// claim leaves mounts only. Wait (bounded) for such a moment.
+			for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+				if h := snapshot(root, state, tmp, tenants, &names); len(h.mounts) > 0 && len(h.cgroups) > 0 {
+					break
+				}
+			}
+		}
 		d.kill()
 		kills++
 		if kills == 1 {
