@@ -163,8 +163,9 @@ func (k *keeper) isLeader(pid int) bool {
 	return false
 }
 
-// start runs job (Background set) as a held background process.
-func (k *keeper) start(job Job) Reply {
+// start runs job (Background set) as a held background process; attr,
+// if set, adds to how it is started (a VM's job cgroup).
+func (k *keeper) start(job Job, attr func(*syscall.SysProcAttr)) Reply {
 	rep := Reply{ID: job.ID}
 	refuse := func(format string, a ...any) Reply {
 		rep.ExitCode, rep.Class, rep.Error = 127, sandbox.BadInput, fmt.Sprintf(format, a...)
@@ -205,11 +206,15 @@ func (k *keeper) start(job Job) Reply {
 	}
 	p := &bgProc{id: job.ID, argv: slices.Clone(job.Argv), drains: 2, stdin: -1,
 		stdout: sandbox.Capped{Limit: job.Output}, stderr: sandbox.Capped{Limit: job.Output}}
+	sys := &syscall.SysProcAttr{Setsid: true}
+	if attr != nil {
+		attr(sys)
+	}
 	var ferr error
 	k.on(func() {
 		p.started = time.Now()
 		p.pid, ferr = syscall.ForkExec(prog, job.Argv, &syscall.ProcAttr{Dir: job.Dir, Env: env,
-			Files: []uintptr{uintptr(stdin), uintptr(outW), uintptr(errW)}, Sys: &syscall.SysProcAttr{Setsid: true}})
+			Files: []uintptr{uintptr(stdin), uintptr(outW), uintptr(errW)}, Sys: sys})
 	})
 	if ferr != nil {
 		rep.ExitCode, rep.Error = 127, fmt.Sprintf("fork/exec %s: %v", prog, ferr)

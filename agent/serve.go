@@ -30,7 +30,7 @@ func Serve(ctx context.Context, rw io.ReadWriter) error {
 		} else if job.Reexec {
 			rep = Reply{ID: job.ID, ExitCode: 127, Error: reexec(job.ID).Error()} // it returns only on failure
 		} else if len(job.Argv) > 0 && job.Background {
-			rep = bg.start(job)
+			rep = bg.start(job, nil)
 		} else if len(job.Argv) > 0 && job.Stream {
 			rep = execute(ctx, job, nil, streamTo(rw, job.ID))
 		} else if len(job.Argv) > 0 {

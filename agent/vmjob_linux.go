@@ -39,7 +39,7 @@ func oneShot(ctx context.Context, jobDev, resultDev string, setupErr error, stag
 	if err != nil {
 		rep = VMReply{Setup: fmt.Sprintf("read job disk: %v", err)}
 	} else {
-		rep = runVMJob(ctx, job, setupErr, &jobCgroupState{})
+		rep = runVMJob(ctx, job, setupErr, &jobCgroupState{}, nil)
 	}
 	stage(fmt.Sprintf("job ran (wall %v)", rep.Wall))
 	b, err := json.Marshal(rep)
@@ -91,7 +91,7 @@ func serveWarm(ctx context.Context, setupErr error) error {
 			return err
 		}
 		var rep VMReply
-		if len(job.Argv) == 0 {
+		if len(job.Argv) == 0 && job.File == nil && job.Procs == nil {
 			rep = VMReply{Reply: Reply{ID: job.ID}, Boot: uptime()}
 			if setupErr == nil && job.Thaw != nil {
 				setupErr = thaw(job.Thaw) // a clone that cannot thaw runs nothing
@@ -104,7 +104,7 @@ func serveWarm(ctx context.Context, setupErr error) error {
 				rep.Setup = setupErr.Error()
 			}
 		} else {
-			rep = runVMJob(ctx, job, setupErr, &cg)
+			rep = warmJob(ctx, port, job, setupErr, &cg)
 		}
 		if err := WriteFrame(port, rep); err != nil {
 			return err
@@ -113,6 +113,71 @@ func serveWarm(ctx context.Context, setupErr error) error {
 			return nil
 		}
 	}
+}
+
+// warmJob runs one job of a warm VM: a command, streamed to w if it asks
+// (Job.Stream), or one of a session's file, background and procs jobs,
+// answered as a sandbox's agent answers them (Serve); then the sweep a
+// session's exec asks for.
+func warmJob(ctx context.Context, w io.Writer, job VMJob, setupErr error, cg *jobCgroupState) VMReply {
+	var rep VMReply
+	switch {
+	case setupErr != nil:
+		rep = VMReply{Reply: Reply{ID: job.ID}, Setup: setupErr.Error()}
+	case job.File != nil:
+		rep.Reply = fileJob(job.Job)
+	case job.Procs != nil:
+		rep.Reply = bg.procsJob(job.Job)
+	case job.Background:
+		rep = startVMJob(job, cg)
+	default:
+		var emit emitFunc
+		if job.Stream {
+			emit = streamTo(w, job.ID)
+		}
+		rep = runVMJob(ctx, job, nil, cg, emit)
+	}
+	if job.Sweep && setupErr == nil {
+		if err := sweepVM(); err != nil {
+			rep.Unswept = err.Error()
+		}
+	}
+	return rep
+}
+
+// startVMJob starts a background job under the job's limits: in the job
+// cgroup, which bounds all of a session's processes together, and with
+// its rlimits, which it keeps.
+func startVMJob(job VMJob, cg *jobCgroupState) VMReply {
+	rep := VMReply{Reply: Reply{ID: job.ID}}
+	if err := cg.limit(job); err != nil {
+		rep.Setup = err.Error()
+		return rep
+	}
+	if job.Dir == "" {
+		job.Dir = GuestWorkDir
+	}
+	restore, err := lowerRlimits(job.Rlimits)
+	if err != nil {
+		rep.Setup = err.Error()
+		return rep
+	}
+	rep.Reply = bg.start(job.Job, cg.attr)
+	if err := restore(); err != nil {
+		rep.Setup = err.Error()
+	}
+	return rep
+}
+
+// sweepVM is the sweep (sweep.go) for a VM's init. There kill(-1) reaches
+// the kernel's threads too, which ignore it, so it never finds nobody:
+// the sweep scans instead, sparing session 0, which is theirs alone (a
+// user process's session is a user process's pid), beside the sessions
+// of held background processes.
+func sweepVM() error {
+	spare := bg.sessions()
+	spare[0] = true
+	return sweepSparing(spare)
 }
 
 func findPort(name string, limit time.Duration) (string, error) {
@@ -132,8 +197,9 @@ func findPort(name string, limit time.Duration) (string, error) {
 	}
 }
 
-// runVMJob applies the job's limits with a cgroup inside the VM and runs it.
-func runVMJob(ctx context.Context, job VMJob, setupErr error, cg *jobCgroupState) VMReply {
+// runVMJob applies the job's limits with a cgroup inside the VM and runs
+// it; emit, if set, gets its output as it comes.
+func runVMJob(ctx context.Context, job VMJob, setupErr error, cg *jobCgroupState, emit emitFunc) VMReply {
 	rep := VMReply{Boot: uptime()}
 	rep.ID = job.ID
 	if setupErr != nil {
@@ -152,13 +218,14 @@ func runVMJob(ctx context.Context, job VMJob, setupErr error, cg *jobCgroupState
 		rep.Setup = err.Error()
 		return rep
 	}
-	rep.Reply = execute(ctx, job.Job, cg.attr, nil)
+	// The group outlives the job in a session (and holds its background
+	// processes): only a kill during this job is this job's.
+	kills := cg.oomKills()
+	rep.Reply = execute(ctx, job.Job, cg.attr, emit)
 	if err := restore(); err != nil {
 		rep.Setup = err.Error() // a VM whose agent cannot serve another job: a backend failure
 	}
-	if ev, err := os.ReadFile(jobCgroup + "/memory.events"); err == nil {
-		rep.OOMKilled = eventCount(ev, "oom_kill") > 0
-	}
+	rep.OOMKilled = cg.oomKills() > kills
 	return rep
 }
 
@@ -255,6 +322,15 @@ func (c *jobCgroupState) attr(a *syscall.SysProcAttr) {
 	if c.dir != nil {
 		a.UseCgroupFD, a.CgroupFD = true, int(c.dir.Fd())
 	}
+}
+
+// oomKills is the job cgroup's count of OOM kills so far.
+func (c *jobCgroupState) oomKills() int64 {
+	ev, err := os.ReadFile(jobCgroup + "/memory.events")
+	if err != nil {
+		return 0
+	}
+	return eventCount(ev, "oom_kill")
 }
 
 func eventCount(b []byte, key string) int64 {

@@ -69,6 +69,9 @@ const (
 	// TraceStopAsExit: the job's waiter takes the leader's ptrace-stop
 	// for its exit (wovyr before issue #25 item 1's fix), for row 94.
 	TraceStopAsExit Weakness = "trace-stop-as-exit"
+	// PausedAnyTenant: a paused sandbox resumes for whoever asks, as if
+	// its record named no tenant, for row 98.
+	PausedAnyTenant Weakness = "paused-any-tenant"
 )
 
 // Weakener returns a copy of a backend with one weakness, for positive

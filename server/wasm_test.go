@@ -67,7 +67,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(wasm.WorkerEnv) != "" {
 		os.Exit(wasm.WorkerMain(context.Background(), os.Stdin, os.Stdout))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	vmEnv.Cleanup()
+	os.Exit(code)
 }
 
 // preinitWat's init writes "hi\n" and its length; _start prints them.

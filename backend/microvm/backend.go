@@ -54,8 +54,11 @@ func (b *Backend) Name() string { return "microvm" }
 // Strength implements sandbox.Backend.
 func (b *Backend) Strength() sandbox.Strength { return sandbox.MicroVM }
 
-// Kinds implements sandbox.Backend.
-func (b *Backend) Kinds() []sandbox.WorkloadKind { return []sandbox.WorkloadKind{sandbox.KindCommand} }
+// Kinds implements sandbox.Backend: commands, and sessions in warm VMs
+// (session.go).
+func (b *Backend) Kinds() []sandbox.WorkloadKind {
+	return []sandbox.WorkloadKind{sandbox.KindCommand, sandbox.KindSession}
+}
 
 // baseCmdline is the guest kernel command line. The tsc options stop one
 // boot in five from hanging under TCG (DESIGN §5). mitigations=off drops

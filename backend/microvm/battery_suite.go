@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,6 +108,13 @@ func Suite(b *Backend, controls battery.Suite) battery.Suite {
 				return battery.Observation{Observed: err.Error()}
 			}
 			return obs("tenant B reads its raw scratch device for tenant A's canary", bad, "no canary")
+		}},
+		{98, battery.PausedAnyTenant, func(ctx context.Context, b *Backend) battery.Observation {
+			ws := b.warmSibling()
+			observed, secure := battery.TenantBoundSnapshot(ctx, ws, "", func(p sandbox.Paused) string {
+				return filepath.Join(snapshotsDir(ws.cfg.StateDir), "paused", ws.Name(), p.ID)
+			})
+			return battery.Observation{Tried: battery.TenantBoundSnapshotTried, Observed: observed, Secure: secure}
 		}},
 	}
 	for _, c := range cloneChecks() {
@@ -267,7 +275,6 @@ func notApplicable(withNet bool) map[int]string {
 		89: "a clone's NIC moves to its own slot, MAC and address at thaw (agent.Thaw) and the claiming tenant's allowlist holds on it (TestEgressCloneClaim); " + noNIC,
 		90: "the guest agent kills every process of a job when it ends (a setsid daemon does not survive into the VM's next job), and a golden is captured after only the template's warm-up job: a clone starts with exactly the booted template's processes and the agent's descriptors (TestCloneIsItsOwnAndCarriesNothing compares clones' user processes); a control would need an agent that leaves processes behind, which no configuration builds",
 		91: "no credential enters a VM: egress is held host-side per slot (no token or proxy credential in the guest), and a golden is captured before any invocation, so nothing of a tenant's (env, files) is in it (row 85)",
-		98: "no session runs on the microvm backend yet, so no paused session exists here to resume; its paused VMs (sandbox.Pauser) are refused to another tenant before a byte is read (TestPauseIsTheTenants), but no API reaches them",
 	}
 	for _, id := range []int{8, 9, 11, 12, 13, 20, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43} {
 		m[id] = guest

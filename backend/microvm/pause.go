@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"syscall"
 
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/snapshot"
 )
@@ -26,6 +29,12 @@ type pausedMeta struct {
 	Template sandbox.Template  `json:"template"`
 	Ident    snapshot.Identity `json:"identity"`
 	Net      string            `json:"net,omitempty"`
+	// Claim is the limits of the session the VM held (Open): its resume
+	// is claimed only with the same. Nil: a paused invocation's VM.
+	Claim *sandbox.Limits `json:"claim,omitempty"`
+	// Tenant is the record's tenant, beside the store's: read by row 98's
+	// positive control alone, which resumes without the store's check.
+	Tenant string `json:"tenant"`
 }
 
 type paused struct {
@@ -37,8 +46,20 @@ func wrongTenant(format string, args ...any) error {
 	return &sandbox.Error{Class: sandbox.BadInput, Field: "tenant", Msg: fmt.Sprintf(format, args...), Err: sandbox.ErrWrongTenant}
 }
 
-// Pause implements sandbox.Pauser.
+// Pause implements sandbox.Pauser. A session's VM pauses between its
+// jobs (the session's lock held throughout), its background processes
+// with it.
 func (s *vmSandbox) Pause(ctx context.Context, tenant string) (sandbox.Paused, error) {
+	s.mu.Lock()
+	ss := s.sess
+	s.mu.Unlock()
+	if ss != nil {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		if ss.broken != nil {
+			return sandbox.Paused{}, sandbox.Wrap(sandbox.BackendFailure, ss.broken, "microvm: session sandbox %s is unusable", s.id)
+		}
+	}
 	s.mu.Lock()
 	switch {
 	case s.st == running || s.st == destroyed || s.m == nil:
@@ -51,7 +72,7 @@ func (s *vmSandbox) Pause(ctx context.Context, tenant string) (sandbox.Paused, e
 	prev := s.st
 	s.st = running // nothing runs or pauses meanwhile
 	s.mu.Unlock()
-	p, err := s.pause(ctx, tenant)
+	p, err := s.pause(ctx, tenant, ss)
 	s.mu.Lock()
 	if err != nil && s.st == running {
 		s.st = prev
@@ -60,7 +81,7 @@ func (s *vmSandbox) Pause(ctx context.Context, tenant string) (sandbox.Paused, e
 	return p, err
 }
 
-func (s *vmSandbox) pause(ctx context.Context, tenant string) (sandbox.Paused, error) {
+func (s *vmSandbox) pause(ctx context.Context, tenant string, ss *vmSession) (sandbox.Paused, error) {
 	store, err := s.b.snapshots()
 	if err != nil {
 		return sandbox.Paused{}, sandbox.Wrap(sandbox.BackendFailure, err, "paused sandboxes")
@@ -93,7 +114,10 @@ func (s *vmSandbox) pause(ctx context.Context, tenant string) (sandbox.Paused, e
 	if err := snapshot.CopyFile(build.Path(goldenScratch), s.scratch()); err != nil {
 		return fail(err, "scratch disk")
 	}
-	meta := pausedMeta{Template: s.tmpl, Ident: s.ident}
+	meta := pausedMeta{Template: s.tmpl, Ident: s.ident, Tenant: tenant}
+	if ss != nil {
+		meta.Claim = &ss.lim
+	}
 	if s.net != nil {
 		meta.Net = s.net.guest.String()
 	}
@@ -101,11 +125,24 @@ func (s *vmSandbox) pause(ctx context.Context, tenant string) (sandbox.Paused, e
 	if err := os.WriteFile(build.Path(goldenInfo), js, 0o600); err != nil {
 		return fail(err, "record")
 	}
+	size := allocated(build.Path(goldenState), build.Path(goldenScratch), build.Path(goldenInfo))
 	rec, err := build.Commit()
 	if err != nil {
 		return fail(err, "commit")
 	}
-	return sandbox.Paused{Backend: s.b.Name(), ID: rec.ID}, nil
+	return sandbox.Paused{Backend: s.b.Name(), ID: rec.ID, Bytes: size}, nil
+}
+
+// allocated is the disk the files take (a scratch disk is sparse).
+func allocated(paths ...string) int64 {
+	var n int64
+	for _, p := range paths {
+		var st syscall.Stat_t
+		if syscall.Stat(p, &st) == nil {
+			n += st.Blocks * 512
+		}
+	}
+	return n
 }
 
 // Resume implements sandbox.Resumer.
@@ -117,12 +154,15 @@ func (b *Backend) Resume(ctx context.Context, ps sandbox.Paused, tenant string) 
 	if err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "paused sandboxes")
 	}
+	if b.cfg.weak == battery.PausedAnyTenant {
+		tenant = b.pausedOwner(ps.ID, tenant) // row 98's positive control only
+	}
 	rec, err := store.OpenPaused(b.Name(), ps.ID, tenant)
 	switch {
 	case errors.Is(err, snapshot.ErrWrongTenant):
 		return nil, wrongTenant("paused sandbox %s is another tenant's", ps.ID)
 	case errors.Is(err, snapshot.ErrNotFound):
-		return nil, sandbox.Errorf(sandbox.BadInput, "paused.id", "no paused microvm sandbox %q", ps.ID)
+		return nil, sandbox.Errorf(sandbox.NotFound, "paused.id", "no paused microvm sandbox %q", ps.ID)
 	case err != nil:
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "paused sandbox %s", ps.ID)
 	}
@@ -150,6 +190,17 @@ func (b *Backend) Resume(ctx context.Context, ps sandbox.Paused, tenant string) 
 		return nil, err
 	}
 	return s, nil
+}
+
+// pausedOwner is the tenant a paused VM's own record names, read without
+// the store's check: for battery.PausedAnyTenant only.
+func (b *Backend) pausedOwner(id, asker string) string {
+	var meta pausedMeta
+	js, err := os.ReadFile(filepath.Join(snapshotsDir(b.cfg.StateDir), "paused", b.Name(), filepath.Base(id), goldenInfo))
+	if err != nil || json.Unmarshal(js, &meta) != nil || meta.Tenant == "" {
+		return asker
+	}
+	return meta.Tenant
 }
 
 var (

@@ -23,6 +23,10 @@ import (
 //
 //	prepared → running → spent → destroyed
 //	prepared → destroyed, spent → destroyed
+//	prepared → running → held → running → held …  (a session: Open, its jobs)
+//	held → running → spent (paused), held → destroyed
+//
+// running is also a Pause or an Open in progress: nothing else may start.
 type state int
 
 const (
@@ -30,6 +34,7 @@ const (
 	running
 	spent
 	destroyed
+	held // claimed by a session (Open), between its jobs
 )
 
 // vmSandbox is one VM's sandbox, one-shot or warm.
@@ -54,6 +59,10 @@ type vmSandbox struct {
 	skew    time.Duration     // a restored VM: its clock's offset from the host's once synced (syncClock)
 	ident   snapshot.Identity // a restored VM's machine-id and boot_id (zero: booted)
 	owner   string            // the tenant whose code ran in it, or who resumed it
+	// resumed is the limits of the session a resumed VM was paused in;
+	// nil: booted, cloned, or a paused invocation's.
+	resumed *sandbox.Limits
+	sess    *vmSession // set by Open
 
 	net        *vmNet // the VM's egress slot and tap; nil: no NIC
 	uid, gid   uint32
@@ -156,7 +165,7 @@ func (b *Backend) prepare(ctx context.Context, p *probed, tmpl sandbox.Template,
 	case how.golden != nil:
 		err = s.restore(ctx, how.golden)
 	case how.paused != nil:
-		s.owner = how.paused.rec.Tenant
+		s.owner, s.resumed = how.paused.rec.Tenant, how.paused.meta.Claim
 		err = s.resumeVM(ctx, how.paused.rec.Path(goldenState), nil, how.paused.meta.Ident, how.paused.meta.Net)
 	case s.warm:
 		err = s.bootWarm(ctx, how.ram)

@@ -121,19 +121,39 @@ func (s *vmSandbox) runWarm(ctx context.Context, inv *sandbox.Invocation) (*sand
 			return nil, err
 		}
 	}
-	job := s.b.vmJob(inv, l)
 	res := &sandbox.Result{ID: inv.ID, Backend: s.b.Name(), Accel: string(s.p.accel)}
+	if _, err := s.warmExec(ctx, s.b.vmJob(inv, l), l, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// warmExec sends job to the warm VM's agent and fills in res from its
+// reply. A caller that watches the output live (sandbox.WithOutput) gets
+// the guest's pieces as they come, and the result's output is built from
+// them, held to the job's cap here, so the stream and the record agree.
+// The host's deadline is the wall limit plus warmGrace; a guest that has
+// not answered by then is killed and the job classed Timeout (or Killed,
+// if ctx ended first). lost reports a VM that can take no further job:
+// killed, or its agent out of the protocol.
+func (s *vmSandbox) warmExec(ctx context.Context, job agent.VMJob, l sandbox.Limits, res *sandbox.Result) (lost bool, err error) {
+	var live *sandbox.Collector
+	var forward func(agent.Output)
+	if fn := sandbox.OutputOf(ctx); fn != nil {
+		job.Stream = true
+		live = sandbox.NewCollector(fn, l.Output)
+		forward = func(o agent.Output) { live.Add(fdStream(o.Fd), o.Data) }
+	}
 	res.Timings.Started = time.Now()
 	deadline := res.Timings.Started.Add(l.Wall + warmGrace)
 	stop := context.AfterFunc(ctx, func() { s.conn.SetDeadline(time.Now()) })
 	defer stop()
 	var rep agent.VMReply
-	err := roundTrip(s.conn, deadline, job, &rep, resultDiskSize(l))
+	err = exchange(s.conn, deadline, job, &rep, resultDiskSize(l), forward)
 	res.Timings.Finished = time.Now()
 	if err != nil {
-		killErr := s.m.Kill()
-		if killErr != nil {
-			return nil, sandbox.Wrap(sandbox.BackendFailure, killErr, "kill VM %s", s.id)
+		if killErr := s.m.Kill(); killErr != nil {
+			return true, sandbox.Wrap(sandbox.BackendFailure, killErr, "kill VM %s", s.id)
 		}
 		if ne, ok := err.(net.Error); ok && ne.Timeout() {
 			res.ExitCode, res.Signal = 137, "killed"
@@ -143,33 +163,74 @@ func (s *vmSandbox) runWarm(ctx context.Context, inv *sandbox.Invocation) (*sand
 			} else {
 				res.Class, res.Error = sandbox.Timeout, sandbox.WallLimitMessage(l.Wall)
 			}
-			return res, nil
+			return true, nil
 		}
-		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "control channel of VM %s; console: %s", s.id, tail(s.m.Console(), 1024))
+		return true, sandbox.Wrap(sandbox.BackendFailure, err, "control channel of VM %s; console: %s", s.id, tail(s.m.Console(), 1024))
+	}
+	if live != nil {
+		var over bool
+		rep.Stdout, rep.Stderr, over = live.Output()
+		if over {
+			return true, sandbox.Errorf(sandbox.BackendFailure, "", "the guest streamed more output than the %d-byte cap", l.Output)
+		}
+	}
+	if rep.Unswept != "" {
+		return true, sandbox.Errorf(sandbox.BackendFailure, "", "microvm sandbox %s may hold leftover processes: %s", s.id, rep.Unswept)
 	}
 	if err := fillResult(res, rep, job.ID, l); err != nil {
-		return nil, err
+		return true, err
 	}
-	return res, nil
+	return false, nil
+}
+
+// fdStream names the stream of a guest's Output frame (1 or 2; exchange
+// refuses any other).
+func fdStream(fd int) sandbox.Stream {
+	if fd == 2 {
+		return sandbox.Stderr
+	}
+	return sandbox.Stdout
 }
 
 // roundTrip sends one frame and reads one reply of at most limit bytes
-// before deadline. The reply's length is checked before anything is
-// allocated for it: the guest is not trusted.
+// before deadline.
 func roundTrip(conn net.Conn, deadline time.Time, job agent.VMJob, rep *agent.VMReply, limit int64) error {
+	return exchange(conn, deadline, job, rep, limit, nil)
+}
+
+// exchange is roundTrip for a job that may stream (Job.Stream): each
+// Output frame before the reply goes to out, in order. Every frame's
+// length is checked against limit before anything is allocated for it:
+// the guest is not trusted. An Output frame for a job that did not ask to
+// stream, for another job, or with an fd other than 1 or 2, is a protocol
+// error.
+func exchange(conn net.Conn, deadline time.Time, job agent.VMJob, rep *agent.VMReply, limit int64, out func(agent.Output)) error {
 	if err := conn.SetDeadline(deadline); err != nil {
 		return err
 	}
 	if err := agent.WriteFrame(conn, job); err != nil {
 		return fmt.Errorf("send job: %w", err)
 	}
-	var hdr [4]byte
-	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
-		return err
+	for {
+		*rep = agent.VMReply{}
+		var hdr [4]byte
+		if _, err := io.ReadFull(conn, hdr[:]); err != nil {
+			return err
+		}
+		n := int64(binary.BigEndian.Uint32(hdr[:]))
+		if n > limit {
+			return fmt.Errorf("reply of %d bytes exceeds %d: %w", n, limit, agent.ErrFrameTooLarge)
+		}
+		if err := agent.ReadFrame(io.MultiReader(bytes.NewReader(hdr[:]), io.LimitReader(conn, n)), rep); err != nil {
+			return err
+		}
+		o := rep.Out
+		if o == nil {
+			return nil
+		}
+		if !job.Stream || out == nil || rep.ID != job.ID || o.Fd != 1 && o.Fd != 2 {
+			return fmt.Errorf("unexpected output frame (job %q, fd %d)", rep.ID, o.Fd)
+		}
+		out(*o)
 	}
-	n := int64(binary.BigEndian.Uint32(hdr[:]))
-	if n > limit {
-		return fmt.Errorf("reply of %d bytes exceeds %d: %w", n, limit, agent.ErrFrameTooLarge)
-	}
-	return agent.ReadFrame(io.MultiReader(bytes.NewReader(hdr[:]), io.LimitReader(conn, n)), rep)
 }

@@ -37,8 +37,8 @@ var weaknesses = map[battery.Weakness]bool{
 	battery.RunAsRoot: true, battery.SharedUID: true, battery.NoRlimits: true,
 	battery.NoDiskQuota: true, battery.NoOutputCap: true,
 	battery.NoPidsLimit: true, battery.NoMemoryLimit: true, battery.NoDeadline: true, battery.InheritEnv: true,
-	battery.TraceStopAsExit: true,
-	WeakWorldReadable:       true, WeakReusedScratch: true, WeakProbeSelf: true, WeakOpenNetwork: true,
+	battery.TraceStopAsExit: true, battery.PausedAnyTenant: true,
+	WeakWorldReadable: true, WeakReusedScratch: true, WeakProbeSelf: true, WeakOpenNetwork: true,
 	WeakTenantGolden: true, WeakNoThaw: true,
 }
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/idmap"
 	"github.com/wovyr/wovyr/image"
 	"github.com/wovyr/wovyr/sandbox"
@@ -69,7 +70,7 @@ func (s *Sandbox) unpausable() string {
 	switch {
 	case !s.b.gvisor:
 		return "only gVisor sandboxes checkpoint (CRIU is not adopted)"
-	case s.b.weak != "" && s.b.weak != PausedAnyTenant:
+	case s.b.weak != "" && s.b.weak != battery.PausedAnyTenant:
 		return "a positive control's sandbox"
 	case s.net != nil || s.boot.netstack:
 		return "its network is bound to this sandbox's egress slot"
@@ -205,7 +206,7 @@ func (b *Backend) Resume(ctx context.Context, ps sandbox.Paused, tenant string) 
 	if err != nil {
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "paused sandboxes")
 	}
-	if b.weak == PausedAnyTenant {
+	if b.weak == battery.PausedAnyTenant {
 		tenant = b.pausedOwner(ps.ID, tenant) // row 98's positive control only
 	}
 	rec, err := store.OpenPaused(b.name, ps.ID, tenant)
@@ -241,7 +242,7 @@ func (b *Backend) Resume(ctx context.Context, ps sandbox.Paused, tenant string) 
 }
 
 // pausedOwner is the tenant a paused sandbox's own record names, read
-// without the store's check: for PausedAnyTenant only.
+// without the store's check: for battery.PausedAnyTenant only.
 func (b *Backend) pausedOwner(id, asker string) string {
 	var meta pausedMeta
 	js, err := os.ReadFile(filepath.Join(snapshotsDir(b.cfg.StateDir), "paused", b.name, filepath.Base(id), pausedInfo))

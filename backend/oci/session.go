@@ -2,6 +2,7 @@ package oci
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"sync"
@@ -38,7 +39,7 @@ func (s *Sandbox) Open(ctx context.Context, c *sandbox.Claim) error {
 	lim := s.b.weaken(c.Limits.WithDefaults())
 	if p := s.boot.paused; p != nil {
 		switch {
-		case inv.Tenant != p.rec.Tenant && s.b.weak != PausedAnyTenant:
+		case inv.Tenant != p.rec.Tenant && s.b.weak != battery.PausedAnyTenant:
 			return wrongTenant("%s sandbox %s resumes tenant %q's session", s.b.name, s.id, p.rec.Tenant)
 		case lim != p.meta.Claim:
 			return sandbox.Errorf(sandbox.BadInput, "limits", "%s sandbox %s resumes a session claimed with other limits", s.b.name, s.id)
@@ -150,32 +151,17 @@ func (s *Sandbox) File(ctx context.Context, op *sandbox.FileOp) (*sandbox.FileRe
 		ss.broken = err
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "%s: file %s in %s", s.b.name, op.Op, s.id)
 	}
-	return fileReply(op, rep)
+	fr, err := agent.FileResult(op, rep)
+	return fr, ss.judged(err)
 }
 
-// fileReply judges the agent's answer to op: its error in the class it
-// names (not-found or bad-input, nothing else is believed), its data no
-// larger than op asked for.
-func fileReply(op *sandbox.FileOp, rep agent.Reply) (*sandbox.FileReply, error) {
-	if rep.Error != "" {
-		c := sandbox.BadInput
-		if rep.FileClass == sandbox.NotFound {
-			c = sandbox.NotFound
-		}
-		return nil, &sandbox.Error{Class: c, Field: "path", Msg: rep.Error}
+// judged returns err, an agent's answer judged (agent.FileResult, …),
+// marking the session broken if the agent answered out of bounds.
+func (ss *session) judged(err error) error {
+	if errors.Is(err, agent.ErrAgentFault) {
+		ss.broken = err
 	}
-	fr := rep.File
-	max := op.Max
-	if max == 0 {
-		max = sandbox.MaxFileBytes
-	}
-	switch {
-	case fr == nil:
-		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "the sandbox's agent answered a file %s without a result", op.Op)
-	case int64(len(fr.Data)) > max || len(fr.Entries) > agent.MaxListEntries:
-		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "the sandbox's agent answered a file %s with more than was asked for", op.Op)
-	}
-	return fr, nil
+	return err
 }
 
 // KeepLeftovers is the positive control of the session rows: an exec's

@@ -2,7 +2,6 @@ package oci
 
 import (
 	"context"
-	"fmt"
 	"path"
 	"time"
 
@@ -38,20 +37,8 @@ func (s *Sandbox) Start(ctx context.Context, e *sandbox.Exec) (*sandbox.Process,
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case rep.Error != "" && rep.Class == sandbox.BadInput:
-		return nil, &sandbox.Error{Class: sandbox.BadInput, Field: "background", Msg: rep.Error}
-	case rep.Error != "":
-		// Not started (command not found): reported as a foreground
-		// exec's, ended at once and not held.
-		stderr, cut := sandbox.AppendNotStarted(nil, rep.Error, ex.Output)
-		return &sandbox.Process{ID: ex.ID, Argv: ex.Argv, Started: started, Ended: time.Now(), ExitCode: 127,
-			Stderr: stderr, StderrTruncated: cut}, nil
-	case rep.Pid <= 0:
-		ss.broken = fmt.Errorf("background exec %s: the agent answered without a pid", ex.ID)
-		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "%s: the sandbox's agent started %s without a pid", s.b.name, ex.ID)
-	}
-	return &sandbox.Process{ID: ex.ID, Pid: rep.Pid, Argv: ex.Argv, Started: started, Running: true}, nil
+	p, err := agent.StartResult(ex, rep, started)
+	return p, ss.judged(err)
 }
 
 // Processes implements sandbox.Processes.
@@ -93,27 +80,14 @@ func (s *Sandbox) WriteStdin(ctx context.Context, id string, data []byte, end bo
 	}
 	defer ss.mu.Unlock()
 	rep, err := s.procsJob(ctx, ss, agent.Job{ID: "stdin-" + sandbox.NewID(), Procs: &agent.ProcsJob{Op: agent.ProcsWrite, ID: id, Data: data, Close: end}})
-	switch {
-	case err != nil:
+	if err != nil {
 		return 0, err
-	case rep.Written < 0 || rep.Written > len(data):
-		ss.broken = fmt.Errorf("stdin write: the agent answered %d of %d bytes", rep.Written, len(data))
-		return 0, sandbox.Errorf(sandbox.BackendFailure, "", "%s: the sandbox's agent answered a stdin write out of bounds", s.b.name)
-	case rep.Error == "":
-		return rep.Written, nil
-	case rep.Class == sandbox.NotFound:
-		return 0, sandbox.Errorf(sandbox.NotFound, "process", "no background process %s in this session", id)
-	case rep.Class == sandbox.Conflict:
-		return rep.Written, &sandbox.Error{Class: sandbox.Conflict, Field: "process", Msg: rep.Error}
 	}
-	ss.broken = fmt.Errorf("stdin write %s: %s", id, rep.Error)
-	return 0, sandbox.Errorf(sandbox.BackendFailure, "", "%s: stdin write in %s: %s", s.b.name, s.id, rep.Error)
+	n, err := agent.WriteResult(id, len(data), rep)
+	return n, ss.judged(err)
 }
 
-// procs sends one Procs job and judges its answer: at most
-// sandbox.MaxBackground processes, exactly one for get and kill (one
-// set), each one's output within the session's cap (the agent is the
-// tenant's neighbour). An id the agent does not hold is NotFound.
+// procs sends one Procs job and judges its answer (agent.ProcsResult).
 func (s *Sandbox) procs(ctx context.Context, op agent.ProcsJob, one bool) ([]sandbox.Process, error) {
 	ss, err := s.opened()
 	if err != nil {
@@ -124,25 +98,8 @@ func (s *Sandbox) procs(ctx context.Context, op agent.ProcsJob, one bool) ([]san
 	if err != nil {
 		return nil, err
 	}
-	if rep.Error != "" {
-		switch rep.Class {
-		case sandbox.NotFound:
-			return nil, sandbox.Errorf(sandbox.NotFound, "process", "no background process %s in this session", op.ID)
-		case sandbox.BadInput:
-			return nil, &sandbox.Error{Class: sandbox.BadInput, Field: "process", Msg: rep.Error}
-		}
-		ss.broken = fmt.Errorf("background %s %s: %s", op.Op, op.ID, rep.Error)
-		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "%s: sandbox %s may hold leftover processes: %s", s.b.name, s.id, rep.Error)
-	}
-	bad := len(rep.Procs) > sandbox.MaxBackground || one && (len(rep.Procs) != 1 || rep.Procs[0].ID != op.ID)
-	for _, p := range rep.Procs {
-		bad = bad || sandbox.CheckReplyOutput("the sandbox's agent", p.Stdout, p.Stderr, ss.lim.Output) != nil
-	}
-	if bad {
-		ss.broken = fmt.Errorf("background %s: the agent answered out of bounds", op.Op)
-		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "%s: the sandbox's agent answered a background %s out of bounds", s.b.name, op.Op)
-	}
-	return rep.Procs, nil
+	ps, err := agent.ProcsResult(op, rep, one, ss.lim.Output)
+	return ps, ss.judged(err)
 }
 
 // procsJob sends job, a Background or Procs job, which the agent answers

@@ -72,7 +72,7 @@ var weaknesses = []battery.Weakness{
 	battery.NoPidsLimit, battery.NoMemoryLimit, battery.NoDiskQuota, battery.NoDeadline, battery.NoOutputCap,
 	battery.KeepOrphans, battery.TraceStopAsExit, Privileged, HostPIDAsRoot, HostDevices, Unmasked, HostBind, WritableProcSys, HostPrivileged,
 	LeakedDirFD, OpenDeviceCgroup, FollowLinks, WritableRuntimeCopy, SharedIPC, NaiveRootfs,
-	ExecHealthCheck, SuidRoot, HostPathLayers, EgressOpen, EgressHostNetns, TenantGolden, NoReexec, KeepLeftovers, PausedAnyTenant,
+	ExecHealthCheck, SuidRoot, HostPathLayers, EgressOpen, EgressHostNetns, TenantGolden, NoReexec, KeepLeftovers, battery.PausedAnyTenant,
 	battery.AllGPUs,
 }
 
