@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -104,4 +105,35 @@ func WriteResult(id string, n int, rep Reply) (int, error) {
 		return rep.Written, &sandbox.Error{Class: sandbox.Conflict, Field: "process", Msg: rep.Error}
 	}
 	return 0, fault("stdin write to %s: %s", id, rep.Error)
+}
+
+// ProcsCall is a backend's round trip of one Procs job, judged
+// (ProcsResult); its methods are sandbox.Processes' list, get and kill.
+type ProcsCall func(ctx context.Context, op ProcsJob, one bool) ([]sandbox.Process, error)
+
+// List is sandbox.Processes.Processes: never nil.
+func (call ProcsCall) List(ctx context.Context) ([]sandbox.Process, error) {
+	ps, err := call(ctx, ProcsJob{Op: ProcsList}, false)
+	if ps == nil && err == nil {
+		ps = []sandbox.Process{}
+	}
+	return ps, err
+}
+
+// Get is sandbox.Processes.Process.
+func (call ProcsCall) Get(ctx context.Context, id string) (*sandbox.Process, error) {
+	return call.one(ctx, ProcsJob{Op: ProcsGet, ID: id})
+}
+
+// Kill is sandbox.Processes.Kill.
+func (call ProcsCall) Kill(ctx context.Context, id string) (*sandbox.Process, error) {
+	return call.one(ctx, ProcsJob{Op: ProcsKill, ID: id})
+}
+
+func (call ProcsCall) one(ctx context.Context, op ProcsJob) (*sandbox.Process, error) {
+	ps, err := call(ctx, op, true)
+	if err != nil {
+		return nil, err
+	}
+	return &ps[0], nil
 }

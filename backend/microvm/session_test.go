@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wovyr/wovyr/battery"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
@@ -216,4 +217,14 @@ func TestSessionInGuest(t *testing.T) {
 	}
 	r.Destroy(ctx)
 	assertClean(t, b, "wovyr-vm-")
+}
+
+// TestTenantBoundSnapshotRow runs BATTERY 98 on the microVM through
+// battery.Run: another tenant's resume of a paused session's VM is refused
+// and changes nothing, its tenant's finds its canary; the control (a
+// resume for whoever asks) is flagged.
+func TestTenantBoundSnapshotRow(t *testing.T) {
+	for _, o := range runRows(t, Suite(backend(t), battery.Suite{}), 98) {
+		t.Logf("row %d: %s | control: %s", o.ID, o.Observed, o.ControlObserved)
+	}
 }

@@ -43,29 +43,17 @@ func (s *Sandbox) Start(ctx context.Context, e *sandbox.Exec) (*sandbox.Process,
 
 // Processes implements sandbox.Processes.
 func (s *Sandbox) Processes(ctx context.Context) ([]sandbox.Process, error) {
-	ps, err := s.procs(ctx, agent.ProcsJob{Op: agent.ProcsList}, false)
-	if ps == nil && err == nil {
-		ps = []sandbox.Process{}
-	}
-	return ps, err
+	return agent.ProcsCall(s.procs).List(ctx)
 }
 
 // Process implements sandbox.Processes.
 func (s *Sandbox) Process(ctx context.Context, id string) (*sandbox.Process, error) {
-	ps, err := s.procs(ctx, agent.ProcsJob{Op: agent.ProcsGet, ID: id}, true)
-	if err != nil {
-		return nil, err
-	}
-	return &ps[0], nil
+	return agent.ProcsCall(s.procs).Get(ctx, id)
 }
 
 // Kill implements sandbox.Processes.
 func (s *Sandbox) Kill(ctx context.Context, id string) (*sandbox.Process, error) {
-	ps, err := s.procs(ctx, agent.ProcsJob{Op: agent.ProcsKill, ID: id}, true)
-	if err != nil {
-		return nil, err
-	}
-	return &ps[0], nil
+	return agent.ProcsCall(s.procs).Kill(ctx, id)
 }
 
 // WriteStdin implements sandbox.StdinWriter through the agent, which
