@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -94,6 +95,10 @@ type Node struct {
 
 	mu      sync.Mutex
 	serving bool
+	// beat is when this node's last heartbeat was written (UnixNano; 0
+	// before Serve): while it is older than the registry's ttl, the
+	// registry takes no writes, so no node's entry in it can be trusted.
+	beat atomic.Int64
 }
 
 // Connect connects to NATS and opens (creating where missing) the
@@ -217,16 +222,31 @@ func (n *Node) heartbeat(ctx context.Context, info Info) error {
 	}
 	hctx, cancel := context.WithTimeout(ctx, n.o.Heartbeat)
 	defer cancel()
-	_, err = n.nodes.Put(hctx, n.o.Name, b)
+	if _, err = n.nodes.Put(hctx, n.o.Name, b); err == nil {
+		n.beat.Store(info.Seen.UnixNano())
+	}
 	return err
 }
 
 // Reachable is nil while the node is connected to NATS, else an
 // unavailable error: without NATS it cannot know which regions are live,
 // publish, or record where its work is, so it takes no new work.
+//
+// Connected is not enough: while a NATS cluster recovers (a server
+// restarted, its streams electing leaders) the registry may take no
+// writes for longer than an entry lives, and every node, this one
+// included, then looks dead to every other. A region "without a live
+// node" would be refused as residency-unmet (409), a permanent-sounding
+// answer to a passing fault; so while this node's own heartbeat is
+// older than an entry lives, its view is stale and it answers unavailable.
 func (n *Node) Reachable() error {
 	if n.nc.Status() != nats.CONNECTED {
 		return sandbox.Errorf(unavailable, "", "the cluster is unreachable from this node (NATS %s); retry", strings.ToLower(n.nc.Status().String()))
+	}
+	if t := n.beat.Load(); t != 0 {
+		if age := time.Since(time.Unix(0, t)); age > n.reg.ttl {
+			return sandbox.Errorf(unavailable, "", "the cluster's node registry has taken no heartbeat of this node for %s, so which nodes are live is unknown; retry", age.Round(time.Millisecond))
+		}
 	}
 	return nil
 }
