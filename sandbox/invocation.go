@@ -43,6 +43,7 @@ const (
 	MaxFileBytes   = 64 << 20 // all files in, together
 	MaxOutputBytes = 64 << 20 // per stream cap ceiling
 	MaxInitBytes   = 1024     // a wasm init export's name
+	MaxPathBytes   = 4096     // a guest path (PATH_MAX)
 )
 
 // Default limits applied where the caller leaves a limit zero. Zero never
@@ -87,8 +88,14 @@ type Workload struct {
 	// transformation), without running it again. Empty means
 	// "wizer.initialize" when the module exports it, else none. A name the
 	// module does not export as a function is BadInput.
-	Init string   `json:"init,omitempty"`
-	Argv []string `json:"argv"`
+	Init string `json:"init,omitempty"`
+	// Workdir is where a wasm module sees its workspace: the guest path of
+	// the read-write preopen holding Files, as `wasmtime run --dir
+	// HOST::GUEST` names it. Absolute and clean; "/" makes the workspace
+	// the guest's whole filesystem. Empty means WorkspaceDir, the
+	// workspace's path on every tier. Only KindWasm takes it.
+	Workdir string   `json:"workdir,omitempty"`
+	Argv    []string `json:"argv"`
 	// Env is the complete environment as KEY=VALUE; nothing is inherited
 	// from the host. One addition: a workload that an OCI runtime starts as
 	// its container's init (one-shot container and gVisor sandboxes) gets
@@ -290,6 +297,9 @@ func (w *Workload) validate() error {
 		if w.Init != "" {
 			return Errorf(BadInput, "workload.init", "a command workload has no init export")
 		}
+		if w.Workdir != "" {
+			return Errorf(BadInput, "workload.workdir", "a command workload's workspace is %s; workdir places a wasm module's", WorkspaceDir)
+		}
 	case KindWasm, KindComponent:
 		if len(w.Module) == 0 {
 			return Errorf(BadInput, "workload.module", "a %s workload needs a module", w.Kind)
@@ -299,6 +309,12 @@ func (w *Workload) validate() error {
 		}
 		if len(w.Init) > MaxInitBytes || !utf8.ValidString(w.Init) || strings.IndexByte(w.Init, 0) >= 0 {
 			return Errorf(BadInput, "workload.init", "the init export's name must be valid UTF-8 without NUL, at most %d bytes", MaxInitBytes)
+		}
+		if w.Workdir != "" && w.Kind != KindWasm {
+			return Errorf(BadInput, "workload.workdir", "a component has no preopened workspace")
+		}
+		if w.Workdir != "" && !ValidGuestDir(w.Workdir) {
+			return Errorf(BadInput, "workload.workdir", "%q must be an absolute, clean path of valid UTF-8 without NUL, at most %d bytes", w.Workdir, MaxPathBytes)
 		}
 	case "":
 		return Errorf(BadInput, "workload.kind", "a workload kind is required (command, wasm)")
@@ -409,4 +425,20 @@ func NewID() string {
 		panic("sandbox: no randomness: " + err.Error()) // crypto/rand never fails on Linux
 	}
 	return hex.EncodeToString(b[:])
+}
+
+// ValidGuestDir reports whether p can name a directory a wasm guest is
+// granted: absolute, clean ("/" included), valid UTF-8 without NUL, at most
+// MaxPathBytes.
+func ValidGuestDir(p string) bool {
+	return len(p) <= MaxPathBytes && path.IsAbs(p) && path.Clean(p) == p &&
+		utf8.ValidString(p) && strings.IndexByte(p, 0) < 0
+}
+
+// GuestWorkdir is where w's workspace appears to a wasm guest.
+func (w *Workload) GuestWorkdir() string {
+	if w.Workdir == "" {
+		return WorkspaceDir
+	}
+	return w.Workdir
 }

@@ -118,3 +118,48 @@ func TestWasmPreinitOverAPI(t *testing.T) {
 		t.Fatalf("err %v, want a 400 on workload.init", err)
 	}
 }
+
+// preopenWat prints the name of its first preopen (fd 3).
+const preopenWat = `(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_prestat_get" (func $prestat (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_prestat_dir_name" (func $name (param i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "_start")
+    (drop (call $prestat (i32.const 3) (i32.const 64)))
+    (drop (call $name (i32.const 3) (i32.const 128) (i32.load (i32.const 68))))
+    (i32.store (i32.const 0) (i32.const 128))
+    (i32.store (i32.const 4) (i32.load (i32.const 68)))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))`
+
+// TestWasmWorkdirOverAPI: workload.workdir names the module's workspace
+// preopen, there without files; a relative one is a 400 on
+// workload.workdir.
+func TestWasmWorkdirOverAPI(t *testing.T) {
+	mod, err := wasmtime.Wat2Wasm(preopenWat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, testConfig(), "")
+	c := h.client(aliceToken)
+	for workdir, want := range map[string]string{"": "/workspace", "/work": "/work", "/": "/"} {
+		rec, err := c.Submit(context.Background(), &sandbox.Invocation{
+			Workload: sandbox.Workload{Kind: sandbox.KindWasm, Module: mod, Argv: []string{"m"}, Workdir: workdir},
+			Policy:   sandbox.Policy{Trust: sandbox.Internal},
+		}, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.State != client.StateDone || string(rec.Result.Stdout) != want {
+			t.Fatalf("workdir %q: record %+v", workdir, rec)
+		}
+	}
+	_, err = c.Submit(context.Background(), &sandbox.Invocation{
+		Workload: sandbox.Workload{Kind: sandbox.KindWasm, Module: mod, Argv: []string{"m"}, Workdir: "work"},
+		Policy:   sandbox.Policy{Trust: sandbox.Internal},
+	}, 30*time.Second)
+	var ae *client.Error
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Field != "workload.workdir" {
+		t.Fatalf("err %v, want a 400 on workload.workdir", err)
+	}
+}

@@ -20,7 +20,7 @@ import (
 // wasm runner (`wovyr wasm-exec`, Config.WasmRunner), bind-mounted read-only
 // at runnerPath, on the module the host placed in jobDir. The runner is the
 // wasm backend's own code path (fuel, linear-memory limit, deadline, WASI
-// preopen of the workspace at /workspace), and everything around it — cgroup
+// preopen of the workspace at the workload's Workdir), and everything around it — cgroup
 // limits, rlimits, namespaces, seccomp, gVisor — is the sandbox's as for a
 // command.
 const (
@@ -79,6 +79,7 @@ func (s *Sandbox) wasmJob(inv *sandbox.Invocation, lim sandbox.Limits, job *agen
 		"-nofile", strconv.Itoa(max(lim.NoFile-runnerFDs, 1)),
 		"-fuel", strconv.FormatUint(lim.Fuel, 10),
 		"-work", workDir,
+		"-workdir", inv.Workload.GuestWorkdir(),
 		"-report", jobDir + "/" + reportName,
 	}
 	name := moduleName

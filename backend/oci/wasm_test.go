@@ -17,7 +17,7 @@ import (
 )
 
 // wasmGuest is a WASI guest in C: it prints its argv, $K and its stdin,
-// writes /workspace/out.txt, spins on "spin" and exits with atoi(argv[1]).
+// writes /workspace/out.txt (or $OUT), spins on "spin" and exits with atoi(argv[1]).
 const wasmGuest = `#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +29,8 @@ int main(int argc, char **argv) {
   char buf[256];
   size_t n = fread(buf, 1, sizeof buf, stdin);
   fwrite(buf, 1, n, stdout);
-  FILE *f = fopen("/workspace/out.txt", "w");
+  const char *out = getenv("OUT");
+  FILE *f = fopen(out ? out : "/workspace/out.txt", "w");
   if (f) { fputs("from wasm", f); fclose(f); }
   if (argc > 1 && strcmp(argv[1], "spin") == 0) for (volatile unsigned long i = 0;; i++);
   return argc > 1 ? atoi(argv[1]) : 0;
@@ -91,7 +92,8 @@ func runWasm(t *testing.T, b *Backend, inv *sandbox.Invocation) *sandbox.Result 
 
 // TestWasmRunsThroughTheRunner runs a real WASI module through `wovyr
 // wasm-exec` inside both sandboxes: exact argv, environment, stdin, stdout,
-// exit code and workspace file, then the fuel limit.
+// exit code and workspace file, the workspace at workdir "/", then the fuel
+// limit.
 func TestWasmRunsThroughTheRunner(t *testing.T) {
 	bs, mod := wasmBackends(t)
 	for name, b := range bs {
@@ -109,6 +111,13 @@ func TestWasmRunsThroughTheRunner(t *testing.T) {
 			}
 			if len(res.Files) != 1 || string(res.Files[0].Data) != "from wasm" {
 				t.Fatalf("workspace files %+v", res.Files)
+			}
+			// The runner preopens the workspace at the workload's workdir.
+			inv = wasmInv(mod, "guest")
+			inv.Workload.Workdir, inv.Workload.Env = "/", []string{"OUT=/out.txt"}
+			inv.Workload.Collect = []string{"out.txt"}
+			if res := runWasm(t, b, inv); res.Class != sandbox.OK || len(res.Files) != 1 || string(res.Files[0].Data) != "from wasm" {
+				t.Fatalf("workdir /: class %q exit %d files %+v stderr %q", res.Class, res.ExitCode, res.Files, res.Stderr)
 			}
 			inv = wasmInv(mod, "guest", "spin")
 			inv.Limits.Fuel = 1_000_000

@@ -72,3 +72,37 @@ func BenchmarkGrantedThroughput(b *testing.B) {
 	})
 	b.ReportMetric(float64(n.Load())/time.Since(t0).Seconds(), "inv/s")
 }
+
+// namingWat is tiny.wat importing fd_prestat_get, which it never calls:
+// a module that could find a preopen, so it is given its workspace.
+const namingWat = `(module
+  (import "wasi_snapshot_preview1" "fd_prestat_get" (func (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "_start")))`
+
+// BenchmarkWorkspaceWithoutFiles is the price of a workspace that is there
+// without files (issue #20 item 7): the same trivial guest, given no
+// files, that cannot name a path (no workspace, in-process) and that can
+// (a fresh tmpfs workspace, in a worker), side by side.
+func BenchmarkWorkspaceWithoutFiles(b *testing.B) {
+	be := newBackend(b)
+	for _, c := range []struct {
+		name string
+		mod  []byte
+	}{{"cannot-name-paths", guest(b, "wat/tiny")}, {"names-paths", mustWat(b, namingWat)}} {
+		b.Run(c.name, func(b *testing.B) {
+			run(b, be, inv(c.mod, "tiny"))
+			ds := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				if res := run(b, be, inv(c.mod, "tiny")); res.Class != sandbox.OK {
+					b.Fatalf("%+v", res)
+				}
+				ds = append(ds, time.Since(t0))
+			}
+			b.ReportMetric(pct(ds, 0.5), "p50-µs")
+			b.ReportMetric(pct(ds, 0.99), "p99-µs")
+		})
+	}
+}

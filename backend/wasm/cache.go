@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -41,10 +42,14 @@ type cache struct {
 }
 
 type entry struct {
-	pre     *wasmcapi.InstancePre
-	refs    int
-	used    uint64
-	evicted bool
+	pre *wasmcapi.InstancePre
+	// namesPaths says the module imports a WASI function that can name a
+	// path or find a preopen; one that imports none cannot tell whether a
+	// workspace is preopened, so it runs without one (and in-process).
+	namesPaths bool
+	refs       int
+	used       uint64
+	evicted    bool
 }
 
 type load struct {
@@ -95,7 +100,7 @@ func (c *cache) acquireDigest(d string, wasm []byte) (*entry, error) {
 	c.loading[d] = l
 	c.mu.Unlock()
 
-	pre, err := c.link(d, wasm)
+	pre, paths, err := c.link(d, wasm)
 	c.mu.Lock()
 	delete(c.loading, d)
 	if err == nil && c.closed {
@@ -109,7 +114,7 @@ func (c *cache) acquireDigest(d string, wasm []byte) (*entry, error) {
 		return nil, err
 	}
 	c.clock++
-	e := &entry{pre: pre, refs: 1, used: c.clock}
+	e := &entry{pre: pre, namesPaths: paths, refs: 1, used: c.clock}
 	c.entries[d] = e
 	c.evictLocked()
 	c.mu.Unlock()
@@ -158,18 +163,35 @@ func (c *cache) close() {
 }
 
 // link loads the module's compiled code from disk or compiles it, then links
-// it against WASI.
-func (c *cache) link(moduleDigest string, wasm []byte) (*wasmcapi.InstancePre, error) {
+// it against WASI. paths reports whether it can name a path (namesPaths).
+func (c *cache) link(moduleDigest string, wasm []byte) (pre *wasmcapi.InstancePre, paths bool, err error) {
 	m, err := c.module(moduleDigest, wasm)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer m.Close()
-	pre, err := c.engine.Prelink(m)
+	pre, err = c.engine.Prelink(m)
 	if err != nil {
-		return nil, sandbox.Wrap(sandbox.BadInput, err, "wasm module cannot be linked against WASI preview1 (it may import something else)")
+		return nil, false, sandbox.Wrap(sandbox.BadInput, err, "wasm module cannot be linked against WASI preview1 (it may import something else)")
 	}
-	return pre, nil
+	return pre, namesPaths(m.Imports()), nil
+}
+
+// namesPaths reports whether imports include a WASI preview1 function that
+// reaches a directory descriptor's contents: every path_* call, and
+// fd_prestat_get and fd_readdir, which find and list a preopen. Without
+// one, a module can hold a preopened directory's descriptor but never open,
+// create, list or name anything in it.
+func namesPaths(imports []wasmcapi.Import) bool {
+	for _, im := range imports {
+		if im.Module != "wasi_snapshot_preview1" && im.Module != "wasi_unstable" {
+			continue
+		}
+		if strings.HasPrefix(im.Name, "path_") || im.Name == "fd_prestat_get" || im.Name == "fd_readdir" {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *cache) module(moduleDigest string, wasm []byte) (*wasmcapi.Module, error) {

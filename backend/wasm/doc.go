@@ -7,12 +7,16 @@
 // offers preview1 only and no socket is ever preopened, so egress is
 // deny-all by construction), and only the directories granted:
 //
-//   - /workspace, read-write: the invocation's own workspace, a fresh tmpfs
-//     (source "wovyr-wasm") under StateDir/wasm/work sized to Limits.Disk
-//     with an inode bound, so filling it gives the guest ENOSPC. Files are
-//     written there before the run; Collect is read back after the guest has
-//     ended, confined to the workspace and never following a symlink. It is
-//     preopened only when the invocation has files in or out.
+//   - the workspace, read-write at Workload.Workdir (default /workspace; "/"
+//     works): the invocation's own, a fresh tmpfs (source "wovyr-wasm")
+//     under StateDir/wasm/work sized to Limits.Disk with an inode bound, so
+//     filling it gives the guest ENOSPC. Files are written there before the
+//     run; Collect is read back after the guest has ended, confined to the
+//     workspace and never following a symlink. It is there whether or not
+//     the invocation has files, as under `wasmtime run --dir`, but for a
+//     module that imports no WASI call able to name a path or find a
+//     preopen (path_*, fd_prestat_get, fd_readdir): it could not tell, so
+//     it keeps the in-process path (no mount, no worker).
 //   - Config.Preopens, read-only: host directories the operator grants to
 //     every invocation (a dataset, a toolchain).
 //

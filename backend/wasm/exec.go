@@ -50,7 +50,8 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		wall    = fs.Duration("wall", sandbox.DefaultWall, "wall-clock deadline")
 		nofile  = fs.Int("nofile", sandbox.DefaultNoFile, "descriptors the guest may open (this process's RLIMIT_NOFILE)")
 		argv0   = fs.String("argv0", "", "argv[0] as the guest sees it (default: the module's file name)")
-		work    = fs.String("work", "", "host directory preopened read-write at /workspace (default: none)")
+		work    = fs.String("work", "", "host directory preopened read-write at -workdir (default: none)")
+		workdir = fs.String("workdir", sandbox.WorkspaceDir, "the guest path of -work's directory")
 		state   = fs.String("state", "", "state dir for the compiled-module cache (default: a temporary one)")
 		report  = fs.String("report", "", "write the JSON result (class, exit code, usage) to this file")
 		init    = fs.String("init", "", "the module's init export, run once and snapshotted before the guest starts (default: wizer.initialize when exported)")
@@ -133,7 +134,7 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		Tenant: "wasm-exec",
 		Workload: sandbox.Workload{
 			Kind: sandbox.KindWasm, Module: module, Init: *init,
-			Argv: append([]string{name}, rest...), Env: envs,
+			Argv: append([]string{name}, rest...), Env: envs, Workdir: *workdir,
 		},
 		Limits: sandbox.Limits{Wall: *wall, Memory: mem, Fuel: *fuel, NoFile: *nofile},
 		Policy: sandbox.Policy{Trust: sandbox.Internal},

@@ -224,6 +224,16 @@ func (e *probeEnv) workGuest() string {
 	return workspaceGuest
 }
 
+// grantFD is the descriptor of the first of Config.Preopens for a guest
+// that can name a path: 4, after its own workspace at 3, with root; 3
+// unprivileged, where there is no workspace.
+func (e *probeEnv) grantFD() int {
+	if e.cfg.Unprivileged {
+		return 3
+	}
+	return 4
+}
+
 // withWork makes the invocation preopen /workspace (fd 3) by giving it a file.
 func withWork(in *sandbox.Invocation) *sandbox.Invocation {
 	if in == nil {

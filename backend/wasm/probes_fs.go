@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -185,7 +186,7 @@ var probeSwapRace = Probe{
 		path := g.str(pfx + "f")
 		g.code(`(local.set $i (i32.const 0))
     (loop $l
-      (if (i32.eqz (call $path_open (i32.const 3) (i32.const 1) %s (i32.const 0) (i64.const 2) (i64.const 0) (i32.const 0) (i32.const 64)))
+      (if (i32.eqz (call $path_open (i32.const `+strconv.Itoa(e.grantFD())+`) (i32.const 1) %s (i32.const 0) (i64.const 2) (i64.const 0) (i32.const 0) (i32.const 64)))
         (then
           (i32.store (i32.const 80) (i32.const 16384)) (i32.store (i32.const 84) (i32.const 64)) (i32.store (i32.const 88) (i32.const 0))
           (drop (call $fd_read (i32.load (i32.const 64)) (i32.const 80) (i32.const 1) (i32.const 88)))
@@ -222,12 +223,13 @@ var probeRights = Probe{
 			return failed(err)
 		}
 		g := newWat()
-		g.open("open.trunc", 3, "ro.txt", oTrunc, wasiRead|wasiWrite, 0)
-		g.open("open.write", 3, "ro.txt", 0, wasiWrite, 0)
-		g.open("open.creat", 3, "new.txt", oCreat, wasiRead|wasiWrite, 0)
-		g.call("unlink", "(call $path_unlink_file (i32.const 3) "+g.str("ro.txt")+")")
-		g.call("rename", "(call $path_rename (i32.const 3) "+g.str("ro.txt")+" (i32.const 3) "+g.str("moved.txt")+")")
-		g.call("mkdir", "(call $path_create_directory (i32.const 3) "+g.str("newdir")+")")
+		fd := e.grantFD()
+		g.open("open.trunc", fd, "ro.txt", oTrunc, wasiRead|wasiWrite, 0)
+		g.open("open.write", fd, "ro.txt", 0, wasiWrite, 0)
+		g.open("open.creat", fd, "new.txt", oCreat, wasiRead|wasiWrite, 0)
+		g.call("unlink", fmt.Sprintf("(call $path_unlink_file (i32.const %d) %s)", fd, g.str("ro.txt")))
+		g.call("rename", fmt.Sprintf("(call $path_rename (i32.const %d) %s (i32.const %d) %s)", fd, g.str("ro.txt"), fd, g.str("moved.txt")))
+		g.call("mkdir", fmt.Sprintf("(call $path_create_directory (i32.const %d) %s)", fd, g.str("newdir")))
 		res, err := e.runWat(ctx, g.module(), nil)
 		if err != nil {
 			return failed(err)

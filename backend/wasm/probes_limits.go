@@ -241,8 +241,14 @@ var probeAmbient = Probe{
 		if !strings.Contains(out, "env<"+strings.Join(env, "\x00")+"\x00>") {
 			bad = append(bad, "ENV DIFFERS FROM WHAT WAS GIVEN")
 		}
-		if strings.Contains(out, "preopen=") {
-			bad = append(bad, "a directory was preopened without a grant")
+		// The one directory is the invocation's own empty workspace (none
+		// unprivileged): nothing of the host's without a grant.
+		want := "preopen=" + workspaceGuest
+		if e.cfg.Unprivileged {
+			want = ""
+		}
+		if got := strings.Join(preopenLines(out), ";"); got != want {
+			bad = append(bad, fmt.Sprintf("a directory was preopened without a grant (preopens %q, want %q)", got, want))
 		}
 		for fd := 0; fd <= 5; fd++ {
 			if m[fmt.Sprintf("sock_accept.%d", fd)] == "0" {
@@ -262,6 +268,17 @@ var probeAmbient = Probe{
 		}
 		return "read args, env, preopens; sock_accept on fds 0-5; clock_time_get; random_get twice", obs, ran(res) && len(bad) == 0
 	},
+}
+
+// preopenLines are the guest's "preopen=NAME" lines ($preopens).
+func preopenLines(out string) []string {
+	var ps []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "preopen=") {
+			ps = append(ps, l)
+		}
+	}
+	return ps
 }
 
 // lastLine is the cause at the end of a Wasmtime error (after the backtrace).

@@ -49,7 +49,7 @@ func (s *wasmSandbox) Destroy(context.Context) error {
 
 type runOpts struct {
 	inheritStdio bool   // the runner: stdio is the process's own
-	workDir      string // the runner: this host dir is /workspace, instead of a fresh workspace
+	workDir      string // the runner: this host dir is the workspace, instead of a fresh one
 }
 
 // run is the one code path for Sandbox.Run, Probe and ExecMain.
@@ -119,8 +119,16 @@ func (b *Backend) run(ctx context.Context, inv *sandbox.Invocation, o runOpts) (
 	if b.cfg.weak.noMemoryLimit {
 		spec.Memory = 0
 	}
+	// A fresh workspace is there whenever the module could see it: always
+	// but for a module that cannot name a path (entry.namesPaths) and has
+	// no files, which keeps the in-process path. The runner's workspace is
+	// the sandbox's (o.workDir) or none; unprivileged, only files make one
+	// (and CheckWorkload refused those).
+	guest := w.GuestWorkdir()
+	fresh := len(w.Files) > 0 || len(w.Collect) > 0 ||
+		e.namesPaths && !o.inheritStdio && !b.cfg.Unprivileged
 	var ws *workspace
-	if len(w.Files) > 0 || len(w.Collect) > 0 {
+	if fresh {
 		if ws, err = newWorkspace(b.work, w.Files, lim.Disk, !b.cfg.weak.noDiskQuota); err != nil {
 			return nil, err
 		}
@@ -133,10 +141,10 @@ func (b *Backend) run(ctx context.Context, inv *sandbox.Invocation, o runOpts) (
 		if b.cfg.weak.workspaceParent {
 			host = filepath.Dir(ws.dir)
 		}
-		spec.Preopens = append(spec.Preopens, wasmcapi.Preopen{Host: host, Guest: workspaceGuest, Write: true})
+		spec.Preopens = append(spec.Preopens, wasmcapi.Preopen{Host: host, Guest: guest, Write: true})
 	}
 	if o.workDir != "" {
-		spec.Preopens = append(spec.Preopens, wasmcapi.Preopen{Host: o.workDir, Guest: workspaceGuest, Write: true})
+		spec.Preopens = append(spec.Preopens, wasmcapi.Preopen{Host: o.workDir, Guest: guest, Write: true})
 	}
 	for _, p := range b.cfg.Preopens {
 		spec.Preopens = append(spec.Preopens, wasmcapi.Preopen{Host: p.Host, Guest: p.Guest, Write: b.cfg.weak.rwPreopens})

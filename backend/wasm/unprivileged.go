@@ -12,8 +12,9 @@ import (
 // docs/adr/0015-unprivileged-wasm.md.
 var ErrNoWorkspace = errors.New("the wasm backend runs without root here, so it has no workspace (run wovyr as root, or through a daemon with --remote)")
 
-// CheckWorkload implements sandbox.WorkloadChecker. Unprivileged, a
-// workload with files in or out is refused (policy-unenforceable, wrapping
+// CheckWorkload implements sandbox.WorkloadChecker. A workdir that is one
+// of Config.Preopens' guest paths is BadInput. Unprivileged, a workload
+// with files in or out, or a workdir, is refused (policy-unenforceable, wrapping
 // ErrNoWorkspace): its workspace's disk quota could not be enforced, and a
 // limit is enforced or refused, never dropped. In either mode a workload
 // that names an init export its module does not export as a function is
@@ -24,11 +25,18 @@ func (b *Backend) CheckWorkload(w *sandbox.Workload) error {
 			return err
 		}
 	}
+	for _, p := range b.cfg.Preopens {
+		if p.Guest == w.GuestWorkdir() {
+			return sandbox.Errorf(sandbox.BadInput, "workload.workdir", "%s is a directory the operator grants read-only; the workspace needs a path of its own", p.Guest)
+		}
+	}
 	if !b.cfg.Unprivileged {
 		return nil
 	}
 	field := ""
 	switch {
+	case w.Workdir != "":
+		field = "workload.workdir"
 	case len(w.Files) > 0:
 		field = "workload.files"
 	case len(w.Collect) > 0:

@@ -20,7 +20,7 @@ type runCmd struct {
 	trust, backend, floor, tenant string
 	timeout                       time.Duration
 	memory                        string
-	wasmFile, wasmInit            string
+	wasmFile, wasmInit, workdir   string
 	pids                          int
 	env                           multiFlag
 	files                         multiFlag
@@ -46,6 +46,7 @@ func runMain(ctx context.Context, g *globals, args []string) int {
 	fs.StringVar(&c.remote, "remote", "", "run through the wovyr daemon at this URL (e.g. http://127.0.0.1:8080)")
 	fs.StringVar(&c.token, "token", "", "bearer token for --remote (default $WOVYR_TOKEN, else the daemon's bootstrap token in the state dir)")
 	fs.StringVar(&c.wasmFile, "wasm", "", "run this WASI module (ARGV is then its arguments, argv[0] included)")
+	fs.StringVar(&c.workdir, "workdir", "", "with --wasm: the guest path of the module's workspace, as wasmtime's --dir HOST::GUEST names it ('/' works; default /workspace)")
 	fs.StringVar(&c.wasmInit, "init", "", "with --wasm: the module's init export, run once per module and snapshotted (default: wizer.initialize when the module exports it)")
 	c.more.register(fs)
 	fs.Usage = func() {
@@ -102,12 +103,16 @@ func (c *runCmd) invocation(argv []string) (*sandbox.Invocation, error) {
 	if c.wasmInit != "" && c.wasmFile == "" {
 		return nil, sandbox.Errorf(sandbox.BadInput, "init", "--init names a wasm module's init export: it needs --wasm")
 	}
+	if c.workdir != "" && c.wasmFile == "" {
+		return nil, sandbox.Errorf(sandbox.BadInput, "workdir", "--workdir places a wasm module's workspace: it needs --wasm (a command's workspace is %s)", sandbox.WorkspaceDir)
+	}
 	if c.wasmFile != "" {
 		mod, err := os.ReadFile(c.wasmFile)
 		if err != nil {
 			return nil, sandbox.Wrap(sandbox.BadInput, err, "wasm")
 		}
 		inv.Workload.Kind, inv.Workload.Module, inv.Workload.Init = sandbox.KindWasm, mod, c.wasmInit
+		inv.Workload.Workdir = c.workdir
 		if len(argv) == 0 {
 			inv.Workload.Argv = []string{c.wasmFile}
 		}

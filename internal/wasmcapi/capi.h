@@ -43,6 +43,13 @@ typedef struct wasm_byte_vec_t {
 #endif
 typedef wasm_byte_vec_t wasm_name_t;
 typedef wasm_name_t wasm_message_t;
+typedef struct wasm_importtype_t wasm_importtype_t;
+#ifndef WASM_H
+typedef struct wasm_importtype_vec_t {
+  size_t size;
+  wasm_importtype_t **data;
+} wasm_importtype_vec_t;
+#endif
 
 #ifndef WASMTIME_INSTANCE_H
 typedef struct wasmtime_instance {
@@ -92,6 +99,7 @@ typedef struct wasmtime_extern {
 #endif
 
 _Static_assert(sizeof(wasm_byte_vec_t) == 16, "wasm_byte_vec_t layout");
+_Static_assert(sizeof(wasm_importtype_vec_t) == 16, "wasm_importtype_vec_t layout");
 _Static_assert(sizeof(wasmtime_instance_t) == 16, "wasmtime_instance_t layout");
 _Static_assert(sizeof(wasmtime_func_t) == 16, "wasmtime_func_t layout");
 _Static_assert(sizeof(wasmtime_extern_t) == 32, "wasmtime_extern_t layout");
@@ -114,6 +122,9 @@ wasm_engine_t *wasm_engine_new_with_config(wasm_config_t *);
 void wasm_engine_delete(wasm_engine_t *);
 void wasm_trap_delete(wasm_trap_t *);
 void wasm_trap_message(const wasm_trap_t *, wasm_message_t *out);
+const wasm_name_t *wasm_importtype_module(const wasm_importtype_t *);
+const wasm_name_t *wasm_importtype_name(const wasm_importtype_t *);
+void wasm_importtype_vec_delete(wasm_importtype_vec_t *);
 
 // wasmtime/config.h
 void wasmtime_config_consume_fuel_set(wasm_config_t *, bool);
@@ -153,6 +164,7 @@ void wasmtime_module_delete(wasmtime_module_t *m);
 wasmtime_error_t *wasmtime_module_validate(wasm_engine_t *engine, const uint8_t *wasm, size_t wasm_len);
 wasmtime_error_t *wasmtime_module_serialize(wasmtime_module_t *module, wasm_byte_vec_t *ret);
 wasmtime_error_t *wasmtime_module_deserialize(wasm_engine_t *engine, const uint8_t *bytes, size_t bytes_len, wasmtime_module_t **ret);
+void wasmtime_module_imports(const wasmtime_module_t *module, wasm_importtype_vec_t *out);
 
 // wasmtime/linker.h, instance.h
 wasmtime_linker_t *wasmtime_linker_new(wasm_engine_t *engine);

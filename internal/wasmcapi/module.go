@@ -81,6 +81,26 @@ func (m *Module) Serialize() ([]byte, error) {
 	return out, nil
 }
 
+// Import names one thing a module imports.
+type Import struct{ Module, Name string }
+
+// Imports lists what m imports, in the module's order.
+func (m *Module) Imports() []Import {
+	var v C.wasm_importtype_vec_t
+	C.wasmtime_module_imports(m.ptr, &v)
+	defer C.wasm_importtype_vec_delete(&v)
+	if v.size == 0 {
+		return nil
+	}
+	name := func(n *C.wasm_name_t) string { return C.GoStringN(n.data, C.int(n.size)) }
+	out := make([]Import, v.size)
+	for i, t := range unsafe.Slice(v.data, v.size) {
+		out[i] = Import{Module: name(C.wasm_importtype_module(t)), Name: name(C.wasm_importtype_name(t))}
+	}
+	runtime.KeepAlive(m)
+	return out
+}
+
 // Close frees the module; instances and InstancePres made from it keep
 // their own references. It is idempotent.
 func (m *Module) Close() {
