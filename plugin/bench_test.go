@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/wovyr/wovyr/internal/wasmcapi"
+	"github.com/wovyr/wovyr/plugin/plugintest"
 )
 
 // The benchmarks pair wovyr's path with the bare Wasmtime C API in a C
@@ -15,7 +16,8 @@ import (
 // ratio (DESIGN §8):
 //
 //	go test ./plugin -run '^$' -bench 'Instantiate|Call' -benchtime 20000x
-//	go test ./plugin -run '^$' -bench Load -benchtime 50x
+//	go test ./plugin -run '^$' -bench 'LoadFromCache/calc' -benchtime 50x
+//	go test ./plugin -run '^$' -bench 'LoadFromCache/jsdemo' -benchtime 3x
 
 func report(b *testing.B, ours, raw []time.Duration) {
 	p := func(d []time.Duration, q float64) float64 {
@@ -139,15 +141,33 @@ func BenchmarkPluginCallAdd(b *testing.B) {
 	report(b, ours, raw)
 }
 
-// BenchmarkPluginLoadFromCache: installing calc on a host whose directory
-// holds its sealed artifact (a daemon restart), against compiling it.
+// BenchmarkPluginLoadFromCache: installing a component on a host whose
+// directory holds its sealed artifact (a daemon restart), against
+// compiling it: calc (C, 2.9 KB) and jsdemo (JavaScript, StarlingMonkey,
+// about 12 MB; built with jco, skipped where npm cannot install it).
+//
+//	go test ./plugin -run '^$' -bench 'LoadFromCache/calc' -benchtime 50x
+//	go test ./plugin -run '^$' -bench 'LoadFromCache/jsdemo' -benchtime 3x
 func BenchmarkPluginLoadFromCache(b *testing.B) {
+	for _, name := range []string{"calc", "jsdemo"} {
+		b.Run(name, func(b *testing.B) {
+			var wasm []byte
+			if name == "jsdemo" {
+				wasm = plugintest.JS(b, plugintest.Jco(b), name)
+			} else {
+				wasm = component(b, name)
+			}
+			benchLoad(b, name, wasm)
+		})
+	}
+}
+
+func benchLoad(b *testing.B, name string, wasm []byte) {
 	dir := b.TempDir()
-	calc := component(b, "calc")
-	m := signed("calc", calc)
+	m := signed(name, wasm)
 	h := newHost(b, Config{Dir: dir})
 	cold := newHost(b, Config{})
-	if _, err := h.Load(m, calc); err != nil {
+	if _, err := h.Load(m, wasm); err != nil {
 		b.Fatal(err)
 	}
 	ours := make([]time.Duration, 0, b.N)
@@ -155,12 +175,12 @@ func BenchmarkPluginLoadFromCache(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
-		if _, err := h.Load(m, calc); err != nil {
+		if _, err := h.Load(m, wasm); err != nil {
 			b.Fatal(err)
 		}
 		ours = append(ours, time.Since(t0))
 		t0 = time.Now()
-		if _, err := cold.Load(m, calc); err != nil {
+		if _, err := cold.Load(m, wasm); err != nil {
 			b.Fatal(err)
 		}
 		compile = append(compile, time.Since(t0))

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/wovyr/wovyr/internal/artifact"
@@ -59,6 +60,8 @@ type Host struct {
 	wasi   *wasmcapi.Linker // links WASI 0.2; imports are gated at load
 
 	ticker *wasmcapi.EpochTicker // one for every call of the engine
+	// compiles counts components compiled rather than loaded from Dir.
+	compiles atomic.Int64
 
 	mu      sync.Mutex
 	plugins map[string]*Plugin
@@ -188,6 +191,7 @@ func (h *Host) compile(digest string, wasm []byte) (*wasmcapi.Component, error) 
 		}
 		_ = os.Remove(path)
 	}
+	h.compiles.Add(1)
 	c, err := h.engine.CompileComponent(wasm)
 	if err != nil {
 		return nil, sandbox.Wrap(sandbox.BadInput, err, "invalid component")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/wovyr/wovyr/config"
 	"github.com/wovyr/wovyr/plugin"
+	"github.com/wovyr/wovyr/plugin/plugintest"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/server"
 )
@@ -87,5 +88,65 @@ func TestPluginCLI(t *testing.T) {
 				t.Errorf("list:\n%s", lst)
 			}
 		}
+	}
+}
+
+// TestPluginCLIJavaScript: a JavaScript component built by `jco
+// componentize` installs and answers typed calls through `wovyr plugin`
+// and the daemon's HTTP API, as the C one does.
+func TestPluginCLIJavaScript(t *testing.T) {
+	wasm := plugintest.JS(t, plugintest.Jco(t), "jsdemo")
+	key := ed25519.NewKeyFromSeed([]byte("wovyr cli plugin test key, 32 b."))
+	cfg := config.Plugins{TrustKeys: map[string]string{"ops": base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))}}
+	host, err := newPluginHost(cfg, t.TempDir(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := memDaemonWith(t, func(o *server.Options) { o.Plugins = host })
+	t.Cleanup(host.Close)
+
+	dir := t.TempDir()
+	comp, manifest := filepath.Join(dir, "jsdemo.wasm"), filepath.Join(dir, "jsdemo.json")
+	os.WriteFile(comp, wasm, 0o644)
+	m := &plugin.Manifest{Name: "jsdemo", Component: plugin.Digest(wasm), Trust: sandbox.Internal}
+	plugin.Sign(m, "ops", key)
+	mb, _ := json.Marshal(m)
+	os.WriteFile(manifest, mb, 0o644)
+	run := func(token string, args ...string) (string, string, int) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		sc := &sessionCtx{g: &globals{stateDir: t.TempDir()}, group: "plugin", stdout: &out, stderr: &errb}
+		args = append([]string{args[0], "--remote", url, "--token", token}, args[1:]...)
+		code := sc.dispatchGroup(context.Background(), args, pluginCommands, "")
+		return out.String(), errb.String(), code
+	}
+	if out, errs, code := run("ops-tok", "install", comp, "--manifest", manifest); code != 0 || !strings.Contains(out, `"name": "jsdemo"`) {
+		t.Fatalf("install: %d %q %q", code, out, errs)
+	}
+	for _, s := range []struct {
+		args           []string
+		stdout, stderr string
+		code           int
+	}{
+		{[]string{"call", "jsdemo", "greet", "--args", `{"name": "agent"}`}, "\"hello, agent\"\n", "", 0},
+		{[]string{"call", "jsdemo", "summarize", "--args", `[[2, 4]]`}, "{\"count\":2,\"mean\":3}\n", "", 0},
+		{[]string{"call", "jsdemo", "parse", "--args", `{"s": "nope"}`}, "{\"err\":\"not a u32: \\\"nope\\\"\"}\n", "", 0},
+		{[]string{"call", "jsdemo", "add", "--args", `{"a": 1}`}, "", "wovyr: bad-input (args.b): missing argument b: expected u32\n", exitBadInput},
+	} {
+		if out, errs, code := run("tok", s.args...); out != s.stdout || errs != s.stderr || code != s.code {
+			t.Errorf("wovyr plugin %v: stdout %q stderr %q exit %d, want %q %q %d", s.args, out, errs, code, s.stdout, s.stderr, s.code)
+		}
+	}
+	want := "NAME    TRUST     CAPABILITIES  FUNCTION   SIGNATURE\n" +
+		"jsdemo  internal  -             add        func(a: u32, b: u32) -> u32\n" +
+		"%sboom       func() -> u32\n" +
+		"%sfirst      func(xs: list<string>) -> option<string>\n" +
+		"%sgreet      func(name: string) -> string\n" +
+		"%shog        func(mib: u32) -> u32\n" +
+		"%sparse      func(s: string) -> result<u32, string>\n" +
+		"%sspin       func() -> u32\n" +
+		"%ssummarize  func(xs: list<f64>) -> record { count: u32, mean: f64 }\n"
+	if lst, _, _ := run("tok", "list"); lst != strings.ReplaceAll(want, "%s", strings.Repeat(" ", 32)) {
+		t.Errorf("list:\n%s", lst)
 	}
 }
