@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -36,37 +37,37 @@ func Args(ft *wasmcapi.FuncType, raw json.RawMessage) ([]wasmcapi.Val, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = json.RawMessage("{}")
 	}
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		return nil, sandbox.Errorf(sandbox.BadInput, "args", "arguments are not JSON: %v", err)
-	}
-	if d.More() {
-		return nil, sandbox.Errorf(sandbox.BadInput, "args", "arguments hold more than one JSON value")
+	f, ok := scanFlat(raw)
+	if !ok {
+		var err error
+		if f, err = decodeArgs(ft, raw); err != nil {
+			return nil, err
+		}
 	}
 	in := make([]any, len(ft.Params))
-	switch a := v.(type) {
-	case []any:
-		if len(a) != len(ft.Params) {
-			return nil, sandbox.Errorf(sandbox.BadInput, "args", "the function takes %d arguments (%s), got %d", len(ft.Params), paramList(ft), len(a))
+	if f.array {
+		if len(f.values) != len(ft.Params) {
+			return nil, sandbox.Errorf(sandbox.BadInput, "args", "the function takes %d arguments (%s), got %d", len(ft.Params), paramList(ft), len(f.values))
 		}
-		copy(in, a)
-	case map[string]any:
-		for k := range a {
+		copy(in, f.values)
+	} else {
+		for _, k := range f.names {
 			if !slices.ContainsFunc(ft.Params, func(p wasmcapi.Field) bool { return p.Name == k }) {
 				return nil, sandbox.Errorf(sandbox.BadInput, "args."+k, "the function has no parameter %q (it takes %s)", k, paramList(ft))
 			}
 		}
 		for i, p := range ft.Params {
-			x, ok := a[p.Name]
-			if !ok {
+			j := slices.Index(f.names, p.Name) // a name given twice: the last, as a decoder's map has it
+			if j < 0 {
 				return nil, sandbox.Errorf(sandbox.BadInput, "args."+p.Name, "missing argument %s: expected %s", p.Name, p.Type)
 			}
-			in[i] = x
+			for k := j + 1; k < len(f.names); k++ {
+				if f.names[k] == p.Name {
+					j = k
+				}
+			}
+			in[i] = f.values[j]
 		}
-	default:
-		return nil, sandbox.Errorf(sandbox.BadInput, "args", "arguments must be a JSON object by parameter name or an array (the function takes %s)", paramList(ft))
 	}
 	out := make([]wasmcapi.Val, len(ft.Params))
 	for i, p := range ft.Params {
@@ -77,6 +78,32 @@ func Args(ft *wasmcapi.FuncType, raw json.RawMessage) ([]wasmcapi.Val, error) {
 		out[i] = val
 	}
 	return out, nil
+}
+
+// decodeArgs is Args' general path: any JSON, numbers kept exact.
+func decodeArgs(ft *wasmcapi.FuncType, raw json.RawMessage) (flatArgs, error) {
+	var f flatArgs
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return f, sandbox.Errorf(sandbox.BadInput, "args", "arguments are not JSON: %v", err)
+	}
+	if d.More() {
+		return f, sandbox.Errorf(sandbox.BadInput, "args", "arguments hold more than one JSON value")
+	}
+	switch a := v.(type) {
+	case []any:
+		f.array, f.values = true, a
+	case map[string]any:
+		f.names = slices.Sorted(maps.Keys(a))
+		for _, k := range f.names {
+			f.values = append(f.values, a[k])
+		}
+	default:
+		return f, sandbox.Errorf(sandbox.BadInput, "args", "arguments must be a JSON object by parameter name or an array (the function takes %s)", paramList(ft))
+	}
+	return f, nil
 }
 
 func paramList(ft *wasmcapi.FuncType) string {
