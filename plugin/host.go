@@ -179,13 +179,12 @@ func (h *Host) compile(digest string, wasm []byte) (*wasmcapi.Component, error) 
 	var path string
 	if h.cfg.Dir != "" {
 		path = filepath.Join(h.cfg.Dir, artifactName(key))
-		b, err := artifact.Read(path, key)
+		c, err := h.loadSealed(path, key)
 		if err == nil {
-			if c, err := h.engine.DeserializeComponent(b); err == nil {
-				return c, nil
-			} else {
-				h.cfg.Log.Warn("plugin: wasmtime refused a sealed component; recompiling", "path", path, "err", err)
-			}
+			return c, nil
+		}
+		if errors.Is(err, errRefused) {
+			h.cfg.Log.Warn("plugin: wasmtime refused a sealed component; recompiling", "path", path, "err", err)
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			h.cfg.Log.Warn("plugin: discarding compiled component", "path", path, "err", err)
 		}
@@ -200,6 +199,43 @@ func (h *Host) compile(digest string, wasm []byte) (*wasmcapi.Component, error) 
 		if b, err := c.Serialize(); err != nil || artifact.Write(path, key, b) != nil {
 			h.cfg.Log.Warn("plugin: cannot store compiled component", "path", path, "err", err)
 		}
+	}
+	return c, nil
+}
+
+// mapAbove is the artifact size from which a sealed component is mapped
+// from a sealed memfd rather than read into memory and copied by Wasmtime:
+// a JavaScript component's is 60 MB (two copies of it were 2/3 of its
+// load), a C one's a few KB (where a memfd costs more than it saves).
+const mapAbove = 4 << 20
+
+// errRefused marks a sealed artifact that was intact but that Wasmtime
+// would not load.
+var errRefused = errors.New("refused by wasmtime")
+
+// loadSealed loads the sealed artifact at path, verified for key.
+func (h *Host) loadSealed(path, key string) (*wasmcapi.Component, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	var c *wasmcapi.Component
+	if fi.Size() < mapAbove {
+		b, rerr := artifact.Read(path, key)
+		if rerr != nil {
+			return nil, rerr
+		}
+		c, err = h.engine.DeserializeComponent(b)
+	} else {
+		f, oerr := artifact.OpenSealed(path, key)
+		if oerr != nil {
+			return nil, oerr
+		}
+		c, err = h.engine.DeserializeComponentFile(artifact.MemfdPath(f))
+		f.Close() // Wasmtime's mapping keeps the sealed pages
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errRefused, err)
 	}
 	return c, nil
 }

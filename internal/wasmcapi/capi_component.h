@@ -191,6 +191,7 @@ _Static_assert(sizeof(wasmtime_component_func_t) == 24, "component func layout")
 wasmtime_error_t *wasmtime_component_new(const wasm_engine_t *engine, const uint8_t *buf, size_t len, wasmtime_component_t **component_out);
 wasmtime_error_t *wasmtime_component_serialize(const wasmtime_component_t *component, wasm_byte_vec_t *ret);
 wasmtime_error_t *wasmtime_component_deserialize(const wasm_engine_t *engine, const uint8_t *buf, size_t len, wasmtime_component_t **component_out);
+wasmtime_error_t *wasmtime_component_deserialize_file(const wasm_engine_t *engine, const char *path, wasmtime_component_t **component_out);
 wasmtime_component_type_t *wasmtime_component_type(const wasmtime_component_t *component);
 void wasmtime_component_delete(wasmtime_component_t *component);
 wasmtime_component_export_index_t *wasmtime_component_get_export_index(const wasmtime_component_t *component, const wasmtime_component_export_index_t *instance_export_index, const char *name, size_t name_len);

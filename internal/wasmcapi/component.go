@@ -76,6 +76,24 @@ func (e *Engine) DeserializeComponent(b []byte) (*Component, error) {
 	return e.component(c)
 }
 
+// DeserializeComponentFile is DeserializeComponent for an artifact in a
+// file, which Wasmtime maps instead of copying.
+//
+// # Safety
+//
+// The mapping is the code that runs: the file must be verified and must
+// not change while the component lives (a sealed memfd, as
+// artifact.OpenSealed returns, cannot).
+func (e *Engine) DeserializeComponentFile(path string) (*Component, error) {
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var c *C.wasmtime_component_t
+	if err := errorOf(C.wasmtime_component_deserialize_file(e.ptr, cpath, &c)); err != nil {
+		return nil, err
+	}
+	return e.component(c)
+}
+
 // component reads the imports and the exported functions' types.
 func (e *Engine) component(ptr *C.wasmtime_component_t) (*Component, error) {
 	c := &Component{engine: e, ptr: ptr, funcs: map[string]*Export{}}
