@@ -23,38 +23,11 @@ import (
 // and rm, as an operator and a user type them, against a daemon whose
 // plugin host trusts the test key from its config.
 func TestPluginCLI(t *testing.T) {
-	key := ed25519.NewKeyFromSeed([]byte("wovyr cli plugin test key, 32 b."))
-	cfg := config.Plugins{TrustKeys: map[string]string{"ops": base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))}}
-	host, err := newPluginHost(cfg, t.TempDir(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := memDaemonWith(t, func(o *server.Options) { o.Plugins = host })
-	t.Cleanup(host.Close)
-
-	dir := t.TempDir()
-	comp := filepath.Join(dir, "calc.wasm")
 	wasm, err := os.ReadFile("../../plugin/testdata/calc/calc.wasm")
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(comp, wasm, 0o644)
-	m := &plugin.Manifest{Name: "calc", Component: plugin.Digest(wasm), Trust: sandbox.Internal}
-	plugin.Sign(m, "ops", key)
-	mb, _ := json.Marshal(m)
-	manifest := filepath.Join(dir, "calc.json")
-	os.WriteFile(manifest, mb, 0o644)
-
-	run := func(token string, args ...string) (string, string, int) {
-		t.Helper()
-		var out, errb bytes.Buffer
-		sc := &sessionCtx{g: &globals{stateDir: t.TempDir()}, group: "plugin", stdout: &out, stderr: &errb}
-		if len(args) > 0 {
-			args = append([]string{args[0], "--remote", url, "--token", token}, args[1:]...)
-		}
-		code := sc.dispatchGroup(context.Background(), args, pluginCommands, "")
-		return out.String(), errb.String(), code
-	}
+	run, comp, manifest := pluginDaemon(t, "calc", wasm)
 	if _, errs, code := run("tok", "install", comp, "--manifest", manifest); code != exitBackendFailure || errs != "wovyr: forbidden: this needs an admin token\n" {
 		t.Fatalf("install as alice: %d %q", code, errs)
 	}
@@ -96,30 +69,7 @@ func TestPluginCLI(t *testing.T) {
 // and the daemon's HTTP API, as the C one does.
 func TestPluginCLIJavaScript(t *testing.T) {
 	wasm := plugintest.JS(t, plugintest.Jco(t), "jsdemo")
-	key := ed25519.NewKeyFromSeed([]byte("wovyr cli plugin test key, 32 b."))
-	cfg := config.Plugins{TrustKeys: map[string]string{"ops": base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))}}
-	host, err := newPluginHost(cfg, t.TempDir(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := memDaemonWith(t, func(o *server.Options) { o.Plugins = host })
-	t.Cleanup(host.Close)
-
-	dir := t.TempDir()
-	comp, manifest := filepath.Join(dir, "jsdemo.wasm"), filepath.Join(dir, "jsdemo.json")
-	os.WriteFile(comp, wasm, 0o644)
-	m := &plugin.Manifest{Name: "jsdemo", Component: plugin.Digest(wasm), Trust: sandbox.Internal}
-	plugin.Sign(m, "ops", key)
-	mb, _ := json.Marshal(m)
-	os.WriteFile(manifest, mb, 0o644)
-	run := func(token string, args ...string) (string, string, int) {
-		t.Helper()
-		var out, errb bytes.Buffer
-		sc := &sessionCtx{g: &globals{stateDir: t.TempDir()}, group: "plugin", stdout: &out, stderr: &errb}
-		args = append([]string{args[0], "--remote", url, "--token", token}, args[1:]...)
-		code := sc.dispatchGroup(context.Background(), args, pluginCommands, "")
-		return out.String(), errb.String(), code
-	}
+	run, comp, manifest := pluginDaemon(t, "jsdemo", wasm)
 	if out, errs, code := run("ops-tok", "install", comp, "--manifest", manifest); code != 0 || !strings.Contains(out, `"name": "jsdemo"`) {
 		t.Fatalf("install: %d %q %q", code, out, errs)
 	}
@@ -149,4 +99,40 @@ func TestPluginCLIJavaScript(t *testing.T) {
 	if lst, _, _ := run("tok", "list"); lst != strings.ReplaceAll(want, "%s", strings.Repeat(" ", 32)) {
 		t.Errorf("list:\n%s", lst)
 	}
+}
+
+// pluginDaemon starts a daemon whose plugin host trusts a test key from
+// its config, writes the component and its manifest (signed by that key)
+// to files, and returns them with run, which runs `wovyr plugin ARGS`
+// against the daemon with token.
+func pluginDaemon(t *testing.T, name string, wasm []byte) (run func(token string, args ...string) (string, string, int), comp, manifest string) {
+	t.Helper()
+	key := ed25519.NewKeyFromSeed([]byte("wovyr cli plugin test key, 32 b."))
+	cfg := config.Plugins{TrustKeys: map[string]string{"ops": base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))}}
+	host, err := newPluginHost(cfg, t.TempDir(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := memDaemonWith(t, func(o *server.Options) { o.Plugins = host })
+	t.Cleanup(host.Close)
+
+	dir := t.TempDir()
+	comp, manifest = filepath.Join(dir, name+".wasm"), filepath.Join(dir, name+".json")
+	m := &plugin.Manifest{Name: name, Component: plugin.Digest(wasm), Trust: sandbox.Internal}
+	plugin.Sign(m, "ops", key)
+	mb, _ := json.Marshal(m)
+	if os.WriteFile(comp, wasm, 0o644) != nil || os.WriteFile(manifest, mb, 0o644) != nil {
+		t.Fatal("cannot write the component and its manifest")
+	}
+	run = func(token string, args ...string) (string, string, int) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		sc := &sessionCtx{g: &globals{stateDir: t.TempDir()}, group: "plugin", stdout: &out, stderr: &errb}
+		if len(args) > 0 {
+			args = append([]string{args[0], "--remote", url, "--token", token}, args[1:]...)
+		}
+		code := sc.dispatchGroup(context.Background(), args, pluginCommands, "")
+		return out.String(), errb.String(), code
+	}
+	return run, comp, manifest
 }
