@@ -172,7 +172,7 @@ func startNode(t testing.TB, ctx context.Context, name, region, routeAddr string
 	}
 	cfg := nodeConfig(name, region)
 	cn, err := cluster.Connect(ctx, cluster.Options{Name: name, Region: region, URL: ns.ClientURL(),
-		Heartbeat: 200 * time.Millisecond, Capacity: 8, Replicas: replicas, Required: mgr.Required, Logger: log})
+		Heartbeat: 400 * time.Millisecond, Capacity: 8, Replicas: replicas, Required: mgr.Required, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -251,8 +251,12 @@ var requests = []sandbox.Residency{
 // region that loses its only node refusing rather than moving.
 func TestClusterResidency(t *testing.T) {
 	nodes := startCluster(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	// Alone it takes under a minute; in make test, beside the microVM and
+	// OCI suites, it has taken almost five.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
+	began := time.Now()
+	phase := func(name string) { t.Logf("%6.1fs %s", time.Since(began).Seconds(), name) }
 	regionOf := map[string]string{}
 	for _, n := range nodes {
 		regionOf[n.name] = n.region
@@ -290,6 +294,7 @@ func TestClusterResidency(t *testing.T) {
 		return got.Region, nil
 	}
 
+	phase("truth table")
 	// The truth table: every tenant × request × API node.
 	for _, api := range nodes {
 		for _, tenant := range []string{"alice", "eve", "sam"} {
@@ -304,6 +309,7 @@ func TestClusterResidency(t *testing.T) {
 		return
 	}
 
+	phase("placements")
 	// 1,000 random placements, eight at a time.
 	const total = 1000
 	var (
@@ -342,6 +348,7 @@ func TestClusterResidency(t *testing.T) {
 	}
 	t.Logf("placements: %v", counts)
 
+	phase("tenant isolation")
 	// Tenant isolation across nodes: another tenant's id is 404 there too.
 	inv := command()
 	inv.Policy.Residency = sandbox.Residency{Regions: []string{"us-east"}}
@@ -381,6 +388,7 @@ func TestClusterResidency(t *testing.T) {
 		t.Fatalf("a missing id's cancel: %v", err)
 	}
 
+	phase("events across nodes")
 	// Its events through a node that does not hold it: the holder's late
 	// reader's sequence, under the same numbers, output included.
 	talk := command()
@@ -414,6 +422,7 @@ func TestClusterResidency(t *testing.T) {
 		t.Fatalf("another tenant's events through another node: %v", err)
 	}
 
+	phase("a NATS server stopped")
 	// One NATS server of three stops: the cluster keeps serving (every
 	// stream and bucket has three replicas), eu-2 through another server.
 	nodes[1].stopNATS()
@@ -435,6 +444,7 @@ func TestClusterResidency(t *testing.T) {
 	}
 	nodes[1].startNATS(t)
 
+	phase("us-east lost")
 	// us-east loses its only node: us-east work is refused, never moved.
 	nodes[2].stop()
 	for slices.Contains(nodes[0].node.LiveRegions(), "us-east") {
@@ -461,6 +471,7 @@ func TestClusterResidency(t *testing.T) {
 		t.Fatalf("no placement reached us-east: %v", counts)
 	}
 
+	phase("NATS unreachable")
 	// NATS unreachable: the node takes no new work (503, Retry-After),
 	// not even what it could run itself.
 	nodes[0].stopNATS()

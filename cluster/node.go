@@ -220,7 +220,10 @@ func (n *Node) heartbeat(ctx context.Context, info Info) error {
 	if err != nil {
 		return err
 	}
-	hctx, cancel := context.WithTimeout(ctx, n.o.Heartbeat)
+	// A write slower than one beat (a loaded machine, a stream electing
+	// its leader) still counts while the entry would be live: up to the
+	// registry's ttl. Ticks meanwhile are dropped, not queued.
+	hctx, cancel := context.WithTimeout(ctx, 3*n.o.Heartbeat)
 	defer cancel()
 	if _, err = n.nodes.Put(hctx, n.o.Name, b); err == nil {
 		n.beat.Store(info.Seen.UnixNano())
