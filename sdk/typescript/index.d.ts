@@ -64,7 +64,9 @@ export function errorFor(code: string, message: string, opts?: ErrorOptions): Wo
 
 export type Method = "GET" | "POST" | "PUT" | "DELETE";
 export type Route = "submit" | "get" | "cancel" | "events" | "backends" | "sessionCreate" | "sessionList" | "sessionGet"
-  | "sessionDelete" | "exec" | "execGet" | "execEvents" | "files" | "stat" | "download" | "upload" | "remove";
+  | "sessionDelete" | "exec" | "execGet" | "execEvents" | "files" | "stat" | "download" | "upload" | "remove"
+  | "archiveGet" | "archivePut" | "sessionPause" | "sessionResume" | "processes" | "processGet" | "processKill"
+  | "processStdin" | "pluginInstall" | "pluginList" | "pluginGet" | "pluginDelete" | "pluginCall";
 export const ROUTES: Readonly<Record<Route, readonly [Method, string]>>;
 export const TERMINAL: readonly string[];
 export type Language = "python" | "javascript" | "bash";
@@ -239,6 +241,39 @@ export class Client {
   createSession(opts?: SessionOptions): Promise<Session>;
   session(id: string): Promise<Session>;
   sessions(): Promise<Session[]>;
+  /** admin: install a component plugin with its manifest (object or JSON text) */
+  installPlugin(manifest: object | string, component: Uint8Array): Promise<PluginView>;
+  plugins(): Promise<PluginView[]>;
+  plugin(name: string): Promise<PluginView>;
+  /** admin */
+  removePlugin(name: string): Promise<PluginView>;
+  /** args by parameter name or in order, as the JSON forms of their WIT types */
+  callPlugin(name: string, fn: string, args?: Record<string, unknown> | unknown[]): Promise<PluginCallResult>;
+}
+
+/** An installed plugin as the API shows it. */
+export interface PluginView {
+  name: string;
+  /** sha256:HEX of the component */
+  component: string;
+  trust: string;
+  capabilities: string[];
+  imports: string[];
+  functions: Array<{ name: string; signature: string }>;
+  limits: { fuel?: number; memory?: number; wall_ms?: number };
+  signed_by?: string;
+}
+
+/** How a plugin call ended (whatever the end). */
+export interface PluginCallResult {
+  /** the result's JSON form; null unless end is "ok" */
+  value: unknown;
+  end: "ok" | "trap" | "out-of-fuel" | "timeout" | "cancelled";
+  error: string;
+  fuelUsed: number;
+  /** seconds */
+  took: number;
+  freshInstance: boolean;
 }
 
 export class Session {

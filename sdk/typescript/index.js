@@ -36,6 +36,11 @@ export const ROUTES = Object.freeze({
   processGet: ["GET", "/v1/sessions/{id}/processes/{eid}"],
   processKill: ["DELETE", "/v1/sessions/{id}/processes/{eid}"],
   processStdin: ["POST", "/v1/sessions/{id}/processes/{eid}/stdin"],
+  pluginInstall: ["POST", "/v1/plugins"],
+  pluginList: ["GET", "/v1/plugins"],
+  pluginGet: ["GET", "/v1/plugins/{name}"],
+  pluginDelete: ["DELETE", "/v1/plugins/{name}"],
+  pluginCall: ["POST", "/v1/plugins/{name}/call"],
 });
 
 /** Invocation states that end a record. */
@@ -146,6 +151,7 @@ export class Client {
   }
 
   /**
+   * A route's {id} or {name} is opts.id.
    * @param {keyof typeof ROUTES} route
    * @param {{id?: string, eid?: string, query?: Record<string, string>, body?: BodyInit, ctype?: string,
    *          headers?: Record<string, string>, stream?: boolean}} [opts]
@@ -153,7 +159,8 @@ export class Client {
    */
   async request(route, { id = "", eid = "", query, body, ctype = "application/json", headers = {}, stream = false } = {}) {
     const [method, path] = ROUTES[route];
-    let url = this.url + path.replace("{id}", encodeURIComponent(id)).replace("{eid}", encodeURIComponent(eid));
+    let url = this.url + path.replace("{id}", encodeURIComponent(id)).replace("{name}", encodeURIComponent(id))
+      .replace("{eid}", encodeURIComponent(eid));
     if (query) url += "?" + new URLSearchParams(query).toString();
     const h = { Authorization: "Bearer " + this.token, ...headers };
     if (body !== undefined) h["Content-Type"] = ctype;
@@ -262,6 +269,51 @@ export class Client {
   /** The tenant's sessions, live and recently ended, oldest first. */
   async sessions() {
     return (await this.json("sessionList")).sessions.map((/** @type {any} */ s) => new Session(this, s));
+  }
+
+  /**
+   * Installs a component plugin (an admin token's): manifest is the
+   * manifest object (or its JSON text), component the .wasm bytes.
+   * Resolves to the plugin's view; a bad signature, digest or import is
+   * BadInput naming the manifest field.
+   * @param {object|string} manifest
+   * @param {Uint8Array} component
+   */
+  async installPlugin(manifest, component) {
+    const m = typeof manifest === "string" ? JSON.parse(manifest) : manifest;
+    return this.json("pluginInstall", { payload: { manifest: m, component: b64(component) } });
+  }
+
+  /** The installed plugins, by name, with their functions' WIT signatures. */
+  async plugins() {
+    return (await this.json("pluginList")).plugins;
+  }
+
+  /** One plugin's view (NotFound if none). @param {string} name */
+  async plugin(name) {
+    return this.json("pluginGet", { id: name });
+  }
+
+  /** Uninstalls a plugin (admin) and resolves to what it was. @param {string} name */
+  async removePlugin(name) {
+    return this.json("pluginDelete", { id: name });
+  }
+
+  /**
+   * Calls a plugin's function with args by parameter name (an object) or
+   * in order (an array), as JSON forms of their WIT types. Resolves to how
+   * the call ended, whatever the end: value (the result's JSON form; null
+   * unless end is "ok"), end ("ok", "trap", "out-of-fuel", "timeout",
+   * "cancelled"), error, fuelUsed, took (seconds) and freshInstance.
+   * Arguments that do not match the signature are BadInput, and nothing runs.
+   * @param {string} name
+   * @param {string} fn
+   * @param {object|unknown[]} [args]
+   */
+  async callPlugin(name, fn, args) {
+    const r = await this.json("pluginCall", { id: name, payload: dropUndefined({ function: fn, args }) });
+    return { value: r.value, end: r.end, error: r.error ?? "", fuelUsed: r.fuel_used, took: r.took_ns / 1e9,
+      freshInstance: r.fresh_instance };
   }
 
   /**

@@ -9,6 +9,7 @@ from this checkout with `go build`.
     cd sdk/python && python3 -m unittest -v
 """
 
+import base64
 import hashlib
 import io
 import json
@@ -27,6 +28,27 @@ import wovyr
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 ALICE, BOB = "alice-token", "bob-token"
+OPS = "ops-token"  # an admin: installs plugins
+
+
+class _SigningKey:
+    """The operator's plugin signing key, made for this run with the
+    openssl command (the standard library has no ed25519)."""
+
+    def __init__(self, tmp):
+        self.pem = os.path.join(tmp, "plugin-key.pem")
+        subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", self.pem], check=True, capture_output=True)
+        der = subprocess.run(["openssl", "pkey", "-in", self.pem, "-pubout", "-outform", "DER"], check=True,
+                             capture_output=True).stdout
+        self.public_b64 = base64.b64encode(der[-32:]).decode()  # SubjectPublicKeyInfo ends in the raw key
+
+    def sign(self, msg: bytes) -> bytes:
+        # ed25519 signs in one shot, which needs the message's size: a file.
+        path = self.pem + ".msg"
+        with open(path, "wb") as f:
+            f.write(msg)
+        return subprocess.run(["openssl", "pkeyutl", "-sign", "-rawin", "-inkey", self.pem, "-in", path], check=True,
+                              capture_output=True).stdout
 
 
 def _binaries(tmp):
@@ -53,10 +75,12 @@ class LiveTest(unittest.TestCase):
             if p.returncode != 0:
                 raise RuntimeError(f"wovyr {' '.join(args)}: exit {p.returncode}\n{p.stdout}{p.stderr}")
         conf, addr = os.path.join(cls.tmp, "serve.json"), os.path.join(cls.tmp, "addr")
+        cls.key = _SigningKey(cls.tmp)
         with open(conf, "w") as f:
-            json.dump({"cgroup_reconcile": "owned", "tenants": [
+            json.dump({"cgroup_reconcile": "owned", "plugins": {"trust_keys": {"ops": cls.key.public_b64}}, "tenants": [
                 {"name": "alice", "token_sha256": [hashlib.sha256(ALICE.encode()).hexdigest()]},
-                {"name": "bob", "token_sha256": [hashlib.sha256(BOB.encode()).hexdigest()]}]}, f)
+                {"name": "bob", "token_sha256": [hashlib.sha256(BOB.encode()).hexdigest()]},
+                {"name": "ops", "token_sha256": [hashlib.sha256(OPS.encode()).hexdigest()], "admin": True}]}, f)
         cls.log = open(os.path.join(cls.tmp, "serve.log"), "w+")
         cls.daemon = subprocess.Popen([exe, "--state-dir", state, "serve", "--listen", "127.0.0.1:0", "--config", conf,
                                        "--addr-file", addr], stdout=cls.log, stderr=cls.log)
@@ -76,6 +100,7 @@ class LiveTest(unittest.TestCase):
         else:
             raise RuntimeError("wovyr serve never became ready: " + cls._logtext())
         cls.alice, cls.bob = wovyr.Client(cls.url, ALICE), wovyr.Client(cls.url, BOB)
+        cls.ops = wovyr.Client(cls.url, OPS)
 
     @classmethod
     def _logtext(cls):
@@ -94,6 +119,41 @@ class LiveTest(unittest.TestCase):
         if getattr(cls, "log", None):
             cls.log.close()
         shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_plugins(self):
+        with open(os.path.join(ROOT, "plugin", "testdata", "calc", "calc.wasm"), "rb") as f:
+            calc = f.read()
+        digest = "sha256:" + hashlib.sha256(calc).hexdigest()
+        manifest = {"name": "calc", "component": digest, "trust": "internal"}
+        sig = self.key.sign(f"wovyr plugin manifest v1\ncomponent {digest}\n".encode())
+        signed = dict(manifest, signature={"key_id": "ops", "ed25519": base64.b64encode(sig).decode()})
+
+        with self.assertRaises(wovyr.Forbidden):
+            self.alice.install_plugin(signed, calc)
+        with self.assertRaises(wovyr.BadInput) as cm:
+            self.ops.install_plugin(manifest, calc)
+        self.assertEqual(cm.exception.field, "manifest.signature")
+        view = self.ops.install_plugin(json.dumps(signed), calc)
+        self.assertEqual((view["name"], view["component"], view["signed_by"]), ("calc", digest, "ops"))
+        self.assertEqual([p["name"] for p in self.alice.plugins()], ["calc"])
+        self.assertIn({"name": "add", "signature": "func(a: u32, b: u32) -> u32"}, self.alice.plugin("calc")["functions"])
+
+        r = self.alice.call_plugin("calc", "add", {"a": 40, "b": 2})
+        self.assertEqual((r.value, r.end, r.error), (42, "ok", ""))
+        self.assertTrue(r.fuel_used > 0 and r.took > 0)
+        self.assertEqual(self.alice.call_plugin("calc", "swap", [{"x": 1, "y": -2}]).value, {"x": -2, "y": 1})
+        with self.assertRaises(wovyr.BadInput) as cm:
+            self.alice.call_plugin("calc", "add", {"a": "x", "b": 1})
+        self.assertEqual(cm.exception.field, "args.a")
+        trap = self.alice.call_plugin("calc", "crash")
+        self.assertEqual((trap.value, trap.end), (None, "trap"))
+        self.assertTrue(self.alice.call_plugin("calc", "add", [1, 2]).fresh_instance)
+
+        with self.assertRaises(wovyr.Forbidden):
+            self.alice.remove_plugin("calc")
+        self.assertEqual(self.ops.remove_plugin("calc")["name"], "calc")
+        with self.assertRaises(wovyr.NotFound):
+            self.alice.call_plugin("calc", "add", [1, 2])
 
     def test_run(self):
         r = self.alice.run(["sh", "-c", "echo $X; cat in.txt; cat; echo e >&2; exit 3"], env=["X=1"],

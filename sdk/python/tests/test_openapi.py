@@ -20,11 +20,8 @@ from wovyr import client
 SPEC = os.path.join(os.path.dirname(__file__), "..", "..", "..", "server", "openapi.yaml")
 
 # Routes of the spec the SDK leaves out on purpose: the admin-only
-# certification, the spec itself and component plugins (issue 20), not
-# offered by the SDK yet.
-NOT_OFFERED = {("POST", "/v1/backends/{name}/certify"), ("GET", "/v1/openapi.yaml"),
-               ("POST", "/v1/plugins"), ("GET", "/v1/plugins"), ("GET", "/v1/plugins/{name}"),
-               ("DELETE", "/v1/plugins/{name}"), ("POST", "/v1/plugins/{name}/call")}
+# certification and the spec itself.
+NOT_OFFERED = {("POST", "/v1/backends/{name}/certify"), ("GET", "/v1/openapi.yaml")}
 
 
 def parse(text):

@@ -7,12 +7,12 @@
 Standard library only. Errors are typed (wovyr.BadInput, wovyr.FloorUnmet, …).
 """
 
-from .client import Client, Event, Result, Session
+from .client import Client, Event, PluginResult, Result, Session
 from .errors import (CLASSES, OOM, BackendFailure, BadInput, Conflict, FloorUnmet, Forbidden, Killed, Lost, NotFound,
                      OutOfFuel, PolicyUnenforceable, RateLimited, ResidencyUnmet, Timeout, TooLarge, Unauthenticated, Unavailable,
                      WovyrError)
 
-__all__ = ["Client", "Event", "Result", "Session", "WovyrError", "CLASSES", "BadInput", "FloorUnmet", "ResidencyUnmet",
+__all__ = ["Client", "Event", "PluginResult", "Result", "Session", "WovyrError", "CLASSES", "BadInput", "FloorUnmet", "ResidencyUnmet",
            "PolicyUnenforceable",
            "BackendFailure", "Unauthenticated", "Forbidden", "NotFound", "Conflict", "TooLarge", "RateLimited",
            "Unavailable", "Timeout", "OOM", "OutOfFuel", "Killed", "Lost"]

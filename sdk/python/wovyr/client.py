@@ -39,6 +39,11 @@ ROUTES = {
     "process_get": ("GET", "/v1/sessions/{id}/processes/{eid}"),
     "process_kill": ("DELETE", "/v1/sessions/{id}/processes/{eid}"),
     "process_stdin": ("POST", "/v1/sessions/{id}/processes/{eid}/stdin"),
+    "plugin_install": ("POST", "/v1/plugins"),
+    "plugin_list": ("GET", "/v1/plugins"),
+    "plugin_get": ("GET", "/v1/plugins/{name}"),
+    "plugin_delete": ("DELETE", "/v1/plugins/{name}"),
+    "plugin_call": ("POST", "/v1/plugins/{name}/call"),
 }
 
 TERMINAL = ("done", "failed", "lost")
@@ -144,7 +149,9 @@ class Client:
               body: Optional[bytes] = None, ctype: str = "application/json",
               headers: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None):
         method, path = ROUTES[route]
-        url = self.url + path.replace("{id}", urllib.parse.quote(id, safe="")).replace("{eid}", urllib.parse.quote(eid, safe=""))
+        # A route's {id} or {name} is id.
+        url = self.url + (path.replace("{id}", urllib.parse.quote(id, safe="")).replace("{name}", urllib.parse.quote(id, safe=""))
+                          .replace("{eid}", urllib.parse.quote(eid, safe="")))
         if query:
             url += "?" + urllib.parse.urlencode(query)
         req = urllib.request.Request(url, data=body, method=method)
@@ -288,6 +295,58 @@ class Client:
     def sessions(self) -> List["Session"]:
         """The tenant's sessions, live and recently ended, oldest first."""
         return [Session(self, s) for s in self._json("session_list")["sessions"]]
+
+
+    # -- plugins -----------------------------------------------------------
+
+    def install_plugin(self, manifest: Union[Mapping[str, Any], str], component: bytes) -> Dict[str, Any]:
+        """Install a component plugin (an admin token's): ``manifest`` is the
+        manifest (a mapping or its JSON text), ``component`` the .wasm bytes.
+        Returns the plugin's view; a bad signature, digest or import is
+        BadInput naming the manifest field."""
+        m = json.loads(manifest) if isinstance(manifest, str) else dict(manifest)
+        return self._json("plugin_install", payload={"manifest": m, "component": _b64(component)})
+
+    def plugins(self) -> List[Dict[str, Any]]:
+        """The installed plugins, by name, with their functions' WIT signatures."""
+        return self._json("plugin_list")["plugins"]
+
+    def plugin(self, name: str) -> Dict[str, Any]:
+        """One plugin's view (NotFound if none)."""
+        return self._json("plugin_get", name)
+
+    def remove_plugin(self, name: str) -> Dict[str, Any]:
+        """Uninstall a plugin (admin); returns what it was."""
+        return self._json("plugin_delete", name)
+
+    def call_plugin(self, name: str, function: str, args: Union[Mapping[str, Any], Sequence[Any], None] = None) -> "PluginResult":
+        """Call a plugin's function with ``args`` by parameter name (a
+        mapping) or in order (a sequence), as JSON forms of their WIT types.
+        Returns how the call ended, whatever the end; arguments that do not
+        match the signature raise BadInput, and nothing runs."""
+        req: Dict[str, Any] = {"function": function}
+        if args is not None:
+            req["args"] = dict(args) if isinstance(args, Mapping) else list(args)
+        return PluginResult.from_json(self._json("plugin_call", name, payload=req))
+
+
+@dataclass
+class PluginResult:
+    """How a plugin call ended. ``end`` is "ok", "trap", "out-of-fuel",
+    "timeout" or "cancelled"; ``value`` is the result's JSON form (None
+    unless ok); ``took`` is in seconds."""
+
+    value: Any
+    end: str
+    error: str = ""
+    fuel_used: int = 0
+    took: float = 0.0
+    fresh_instance: bool = False
+
+    @classmethod
+    def from_json(cls, r: Mapping[str, Any]) -> "PluginResult":
+        return cls(value=r.get("value"), end=r.get("end", ""), error=r.get("error", ""), fuel_used=r.get("fuel_used", 0),
+                   took=r.get("took_ns", 0) / 1e9, fresh_instance=bool(r.get("fresh_instance")))
 
 
 def _invocation(argv: Sequence[str], *, trust: str = "internal", image: Optional[str] = None,

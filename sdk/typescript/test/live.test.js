@@ -10,7 +10,7 @@
 
 import assert from "node:assert/strict";
 import { execFileSync, spawn, spawnSync } from "node:child_process";
-import { createHash } from "node:crypto";
+import { createHash, generateKeyPairSync, sign } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, chmodSync, existsSync, openSync, closeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -23,9 +23,12 @@ const SDK = fileURLToPath(new URL("..", import.meta.url));
 const ROOT = join(SDK, "..", "..");
 const ALICE = "alice-token";
 const BOB = "bob-token";
+const OPS = "ops-token"; // an admin: installs plugins
+// The operator's plugin signing key, made for this run.
+const pluginKey = generateKeyPairSync("ed25519");
 const sha = (s) => createHash("sha256").update(s).digest("hex");
 
-let tmp, daemon, logPath, url, alice, bob;
+let tmp, daemon, logPath, url, alice, bob, ops;
 
 function binaries() {
   if (process.env.WOVYR_BIN) return process.env.WOVYR_BIN;
@@ -50,8 +53,10 @@ before(async () => {
   }
   const conf = join(tmp, "serve.json");
   const addr = join(tmp, "addr");
-  writeFileSync(conf, JSON.stringify({ cgroup_reconcile: "owned", tenants: [
-    { name: "alice", token_sha256: [sha(ALICE)] }, { name: "bob", token_sha256: [sha(BOB)] }] }));
+  const pub = Buffer.from(pluginKey.publicKey.export({ format: "jwk" }).x, "base64url").toString("base64");
+  writeFileSync(conf, JSON.stringify({ cgroup_reconcile: "owned", plugins: { trust_keys: { ops: pub } }, tenants: [
+    { name: "alice", token_sha256: [sha(ALICE)] }, { name: "bob", token_sha256: [sha(BOB)] },
+    { name: "ops", token_sha256: [sha(OPS)], admin: true }] }));
   logPath = join(tmp, "serve.log");
   const log = openSync(logPath, "w");
   daemon = spawn(exe, ["--state-dir", state, "serve", "--listen", "127.0.0.1:0", "--config", conf, "--addr-file", addr],
@@ -71,6 +76,7 @@ before(async () => {
   }
   alice = new wovyr.Client(url, ALICE);
   bob = new wovyr.Client(url, BOB);
+  ops = new wovyr.Client(url, OPS);
 });
 
 after(async () => {
@@ -251,4 +257,33 @@ test("index.d.ts type-checks a user's TypeScript (tsc --strict)", (t) => {
   const p = spawnSync(tsc, ["-p", join(dir, "tsconfig.json")], { encoding: "utf8" });
   assert.equal(p.stdout + p.stderr, "");
   assert.equal(p.status, 0);
+});
+
+test("plugins: install (admin, signed), list, typed calls, a trap, remove", async () => {
+  const calc = readFileSync(join(ROOT, "plugin", "testdata", "calc", "calc.wasm"));
+  const digest = "sha256:" + createHash("sha256").update(calc).digest("hex");
+  const manifest = { name: "calc", component: digest, trust: "internal" };
+  const signature = sign(null, Buffer.from(`wovyr plugin manifest v1\ncomponent ${digest}\n`), pluginKey.privateKey);
+  const signed = { ...manifest, signature: { key_id: "ops", ed25519: signature.toString("base64") } };
+
+  await assert.rejects(alice.installPlugin(signed, calc), (e) => e instanceof wovyr.Forbidden && e.status === 403);
+  await assert.rejects(ops.installPlugin(manifest, calc), (e) => e instanceof wovyr.BadInput && e.field === "manifest.signature");
+  const view = await ops.installPlugin(JSON.stringify(signed), calc);
+  assert.deepEqual([view.name, view.component, view.signed_by], ["calc", digest, "ops"]);
+  assert.equal((await alice.plugins()).map((p) => p.name).join(), "calc");
+  assert.ok((await alice.plugin("calc")).functions.some((f) => f.name === "add" && f.signature === "func(a: u32, b: u32) -> u32"));
+
+  const r = await alice.callPlugin("calc", "add", { a: 40, b: 2 });
+  assert.deepEqual([r.value, r.end, r.error], [42, "ok", ""]);
+  assert.ok(r.fuelUsed > 0 && r.took > 0);
+  assert.deepEqual((await alice.callPlugin("calc", "swap", [{ x: 1, y: -2 }])).value, { x: -2, y: 1 });
+  await assert.rejects(alice.callPlugin("calc", "add", { a: "x", b: 1 }), (e) =>
+    e instanceof wovyr.BadInput && e.field === "args.a" && e.message.includes("expected u32"));
+  const trap = await alice.callPlugin("calc", "crash");
+  assert.deepEqual([trap.value, trap.end], [null, "trap"]);
+  assert.equal((await alice.callPlugin("calc", "add", [1, 2])).freshInstance, true);
+
+  await assert.rejects(alice.removePlugin("calc"), wovyr.Forbidden);
+  assert.equal((await ops.removePlugin("calc")).name, "calc");
+  await assert.rejects(alice.callPlugin("calc", "add", [1, 2]), (e) => e instanceof wovyr.NotFound && e.status === 404);
 });
