@@ -57,6 +57,7 @@ func TestMain(m *testing.M) {
 		if err := copyFile(filepath.Join(stateDir, "wovyr.db"), certifiedDB); err != nil {
 			panic(err)
 		}
+		defer vmEnv.Cleanup()
 		return m.Run()
 	}())
 }

@@ -136,19 +136,34 @@ func memDaemon(t *testing.T) string {
 // "ops-tok") beside alice, and tune, if set, adjusting the options.
 func memDaemonWith(t *testing.T, tune func(*server.Options)) string {
 	t.Helper()
+	return daemonOver(t, nil, tune)
+}
+
+// daemonOver is memDaemonWith with the backends extra makes (in the
+// daemon's directory) beside memBackend, each with a stub certification.
+func daemonOver(t *testing.T, extra func(dir string) []sandbox.Backend, tune func(*server.Options)) string {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(dir, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := memBackend{}
-	capa := b.Probe(context.Background())
-	if err := st.PutCert(cert.Record{Key: cert.Key{Backend: b.Name(), RuntimeVersion: capa.Version, Kernel: cert.Kernel(), ConfigHash: capa.ConfigHash},
-		Passed: true, Outcomes: []cert.Outcome{{ID: 1, Applies: true, Pass: true, ControlFlagged: true}}}); err != nil {
-		t.Fatal(err)
+	backends := []sandbox.Backend{memBackend{}}
+	if extra != nil {
+		backends = append(backends, extra(dir)...)
+	}
+	for _, b := range backends {
+		capa := b.Probe(context.Background())
+		if !capa.Available {
+			t.Fatalf("%s is unavailable: %s", b.Name(), capa.Reason)
+		}
+		if err := st.PutCert(cert.Record{Key: cert.Key{Backend: b.Name(), RuntimeVersion: capa.Version, Kernel: cert.Kernel(), ConfigHash: capa.ConfigHash},
+			Passed: true, Outcomes: []cert.Outcome{{ID: 1, Applies: true, Pass: true, ControlFlagged: true}}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	log := slog.New(slog.DiscardHandler)
-	mgr, err := manager.New(manager.Config{Backends: []sandbox.Backend{b}, Certs: st, Logger: log})
+	mgr, err := manager.New(manager.Config{Backends: backends, Certs: st, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
