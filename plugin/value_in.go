@@ -57,14 +57,14 @@ func Args(ft *wasmcapi.FuncType, raw json.RawMessage) ([]wasmcapi.Val, error) {
 			}
 		}
 		for i, p := range ft.Params {
-			j := slices.Index(f.names, p.Name) // a name given twice: the last, as a decoder's map has it
+			j := -1
+			for k, name := range f.names {
+				if name == p.Name {
+					j = k // a name given twice: the last, as a decoder's map has it
+				}
+			}
 			if j < 0 {
 				return nil, sandbox.Errorf(sandbox.BadInput, "args."+p.Name, "missing argument %s: expected %s", p.Name, p.Type)
-			}
-			for k := j + 1; k < len(f.names); k++ {
-				if f.names[k] == p.Name {
-					j = k
-				}
 			}
 			in[i] = f.values[j]
 		}

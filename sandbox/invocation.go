@@ -313,7 +313,7 @@ func (w *Workload) validate() error {
 		if w.Workdir != "" && w.Kind != KindWasm {
 			return Errorf(BadInput, "workload.workdir", "a component has no preopened workspace")
 		}
-		if w.Workdir != "" && !ValidGuestDir(w.Workdir) {
+		if w.Workdir != "" && !validGuestDir(w.Workdir) {
 			return Errorf(BadInput, "workload.workdir", "%q must be an absolute, clean path of valid UTF-8 without NUL, at most %d bytes", w.Workdir, MaxPathBytes)
 		}
 	case "":
@@ -427,10 +427,10 @@ func NewID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// ValidGuestDir reports whether p can name a directory a wasm guest is
+// validGuestDir reports whether p can name a directory a wasm guest is
 // granted: absolute, clean ("/" included), valid UTF-8 without NUL, at most
 // MaxPathBytes.
-func ValidGuestDir(p string) bool {
+func validGuestDir(p string) bool {
 	return len(p) <= MaxPathBytes && path.IsAbs(p) && path.Clean(p) == p &&
 		utf8.ValidString(p) && strings.IndexByte(p, 0) < 0
 }

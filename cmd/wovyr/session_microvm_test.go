@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -39,14 +38,7 @@ func TestSessionCLIMicroVM(t *testing.T) {
 	if err := os.WriteFile(local, []byte("echo hi from $(hostname)\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run := func(args ...string) (string, string, int) {
-		t.Helper()
-		var out, errb bytes.Buffer
-		sc := &sessionCtx{g: &globals{stateDir: t.TempDir()}, stdout: &out, stderr: &errb}
-		args = append([]string{args[0], "--remote", url, "--token", "tok"}, args[1:]...)
-		code := sc.dispatch(context.Background(), args)
-		return out.String(), errb.String(), code
-	}
+	run := sessionCLI(t, url)
 	id, errs, code := run("create", "--trust", "hostile", "--idle-timeout", "5m")
 	id = strings.TrimSpace(id)
 	if code != 0 || len(id) != 32 {
@@ -92,7 +84,7 @@ func TestSessionCLIMicroVM(t *testing.T) {
 		t.Fatalf("the background process before the pause: %s", before)
 	}
 	out, errs, code := run("pause", id)
-	if !regexp.MustCompile(`^` + id + ` paused \(resume: snapshot, [1-9][0-9]* bytes kept\)\n$`).MatchString(out) || code != 0 {
+	if !regexp.MustCompile(`^`+id+` paused \(resume: snapshot, [1-9][0-9]* bytes kept\)\n$`).MatchString(out) || code != 0 {
 		t.Fatalf("pause: %q %q %d", out, errs, code)
 	}
 	// The next exec resumes it: the file and the background process are there.

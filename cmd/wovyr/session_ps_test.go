@@ -96,14 +96,7 @@ func (b *memBox) Kill(_ context.Context, id string) (*sandbox.Process, error) {
 // 404.
 func TestSessionBackgroundCLI(t *testing.T) {
 	url := memDaemon(t)
-	run := func(args ...string) (string, string, int) {
-		t.Helper()
-		var out, errb bytes.Buffer
-		sc := &sessionCtx{g: &globals{stateDir: t.TempDir()}, stdout: &out, stderr: &errb}
-		args = append([]string{args[0], "--remote", url, "--token", "tok"}, args[1:]...)
-		code := sc.dispatch(context.Background(), args)
-		return out.String(), errb.String(), code
-	}
+	run := sessionCLI(t, url)
 	id, _, code := run("create", "--trust", "trusted")
 	id = strings.TrimSpace(id)
 	if code != 0 {

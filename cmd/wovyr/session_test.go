@@ -193,6 +193,21 @@ func daemonOver(t *testing.T, extra func(dir string) []sandbox.Backend, tune fun
 	return "http://" + ln.Addr().String()
 }
 
+// sessionCLI returns what runs `wovyr session ARGS` as alice (token
+// "tok") against the daemon at url, with its stdout, stderr and exit code.
+func sessionCLI(t *testing.T, url string) func(args ...string) (string, string, int) {
+	return func(args ...string) (string, string, int) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		sc := &sessionCtx{g: &globals{stateDir: t.TempDir()}, stdout: &out, stderr: &errb}
+		if len(args) > 0 {
+			args = append([]string{args[0], "--remote", url, "--token", "tok"}, args[1:]...)
+		}
+		code := sc.dispatch(context.Background(), args)
+		return out.String(), errb.String(), code
+	}
+}
+
 // TestSessionCLI: create, cp in, exec, cp out, ls, rm of a file and of the
 // session, as a user types them, with their output and exit codes.
 func TestSessionCLI(t *testing.T) {
@@ -205,16 +220,7 @@ func TestSessionCLI(t *testing.T) {
 	os.MkdirAll(filepath.Join(tree, "src"), 0o755)
 	os.WriteFile(filepath.Join(tree, "src", "lib.py"), []byte("x = 1\n"), 0o644)
 	os.WriteFile(filepath.Join(tree, "README"), []byte("read me\n"), 0o644)
-	run := func(args ...string) (string, string, int) {
-		t.Helper()
-		var out, errb bytes.Buffer
-		sc := &sessionCtx{g: &globals{stateDir: t.TempDir()}, stdout: &out, stderr: &errb}
-		if len(args) > 0 {
-			args = append([]string{args[0], "--remote", url, "--token", "tok"}, args[1:]...)
-		}
-		code := sc.dispatch(context.Background(), args)
-		return out.String(), errb.String(), code
-	}
+	run := sessionCLI(t, url)
 	id, errs, code := run("create", "--trust", "trusted", "--idle-timeout", "5m")
 	id = strings.TrimSpace(id)
 	if code != 0 || len(id) != 32 || errs != "" {

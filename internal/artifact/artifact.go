@@ -153,37 +153,20 @@ func Write(path, key string, payload []byte) error {
 // on every core.
 func digest(b []byte) [32]byte {
 	n := (len(b) + chunk - 1) / chunk
-	if n <= 1 {
-		s := sha256.Sum256(b)
-		return sha256.Sum256(s[:])
-	}
 	sums := make([][32]byte, n)
 	workers := min(n, runtime.GOMAXPROCS(0))
-	var next sync.Mutex
-	i := 0
 	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				next.Lock()
-				c := i
-				i++
-				next.Unlock()
-				if c >= n {
-					return
-				}
+	for w := range workers {
+		wg.Go(func() {
+			for c := w; c < n; c += workers {
 				sums[c] = sha256.Sum256(b[c*chunk : min(len(b), (c+1)*chunk)])
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	h := sha256.New()
 	for _, s := range sums {
 		h.Write(s[:])
 	}
-	var out [32]byte
-	h.Sum(out[:0])
-	return out
+	return [32]byte(h.Sum(nil))
 }
