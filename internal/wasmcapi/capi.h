@@ -179,6 +179,7 @@ void wasmtime_extern_delete(wasmtime_extern_t *val);
 // wasmtime/store.h, func.h, memory.h
 wasmtime_store_t *wasmtime_store_new(wasm_engine_t *engine, void *data, void (*finalizer)(void *));
 wasmtime_context_t *wasmtime_store_context(wasmtime_store_t *store);
+void *wasmtime_context_get_data(const wasmtime_context_t *context);
 void wasmtime_store_limiter(wasmtime_store_t *store, int64_t memory_size, int64_t table_elements, int64_t instances, int64_t tables, int64_t memories);
 void wasmtime_store_delete(wasmtime_store_t *store);
 wasmtime_error_t *wasmtime_context_set_fuel(wasmtime_context_t *store, uint64_t fuel);

@@ -231,6 +231,14 @@ bool wasmtime_component_flags_type_names_nth(const wasmtime_component_flags_type
 wasmtime_component_linker_t *wasmtime_component_linker_new(const wasm_engine_t *engine);
 void wasmtime_component_linker_delete(wasmtime_component_linker_t *linker);
 wasmtime_error_t *wasmtime_component_linker_add_wasip2(wasmtime_component_linker_t *linker);
+typedef struct wasmtime_component_linker_instance_t wasmtime_component_linker_instance_t;
+typedef wasmtime_error_t *(*wasmtime_component_func_callback_t)(
+    void *, wasmtime_context_t *, const wasmtime_component_func_type_t *,
+    wasmtime_component_val_t *, size_t, wasmtime_component_val_t *, size_t);
+wasmtime_component_linker_instance_t *wasmtime_component_linker_root(wasmtime_component_linker_t *linker);
+wasmtime_error_t *wasmtime_component_linker_instance_add_instance(wasmtime_component_linker_instance_t *linker_instance, const char *name, size_t name_len, wasmtime_component_linker_instance_t **linker_instance_out);
+wasmtime_error_t *wasmtime_component_linker_instance_add_func(wasmtime_component_linker_instance_t *linker_instance, const char *name, size_t name_len, wasmtime_component_func_callback_t callback, void *data, void (*finalizer)(void *));
+void wasmtime_component_linker_instance_delete(wasmtime_component_linker_instance_t *linker_instance);
 wasmtime_error_t *wasmtime_component_linker_instantiate(const wasmtime_component_linker_t *linker, wasmtime_context_t *context, const wasmtime_component_t *component, wasmtime_component_instance_t *instance_out);
 bool wasmtime_component_instance_get_func(const wasmtime_component_instance_t *instance, wasmtime_context_t *context, const wasmtime_component_export_index_t *export_index, wasmtime_component_func_t *func_out);
 wasmtime_error_t *wasmtime_component_func_call(const wasmtime_component_func_t *func, wasmtime_context_t *context, const wasmtime_component_val_t *args, size_t args_size, wasmtime_component_val_t *results, size_t results_size);

@@ -248,10 +248,12 @@ static wasmtime_error_t *on_epoch(wasmtime_context_t *ctx, void *data, uint64_t 
 
 wovyr_cinst *wovyr_cinst_new(wasm_engine_t *engine, const wasmtime_component_linker_t *linker,
                              const wasmtime_component_t *component, int64_t memory_limit,
-                             int64_t table_limit, int wasi, char **message) {
+                             int64_t table_limit, int wasi, uintptr_t host, char **message) {
   wovyr_cinst *c = calloc(1, sizeof *c);
   if (c == NULL) return NULL;
-  c->store = wasmtime_store_new(engine, NULL, NULL);
+  c->host = host;
+  // The store's data is the instance, so that a host call finds it.
+  c->store = wasmtime_store_new(engine, c, NULL);
   c->ctx = wasmtime_store_context(c->store);
   wasmtime_store_limiter(c->store, memory_limit, table_limit, -1, -1, -1);
   wasmtime_error_t *e = wasmtime_context_set_fuel(c->ctx, UINT64_MAX);
@@ -345,6 +347,58 @@ void wovyr_cinst_call(wovyr_cinst *c, wovyr_ccall *call, const uint8_t *in, uint
     }
   }
   call->call_ns = wovyr_mono_ns() - t0;
+}
+
+// wovyrHostCall is Go's side of a host call (component_host.go): it gets
+// the arguments encoded, and returns a WOVYR_CEND_* with the encoded
+// results (malloc'd) or a message (malloc'd).
+extern int wovyrHostCall(uintptr_t fn, uintptr_t inst, uint8_t *args, size_t args_len,
+                         uint8_t **out, size_t *out_len, char **message);
+
+// host_call is every host function's callback: env is the function's Go
+// handle, and the store's data is the calling instance.
+static wasmtime_error_t *host_call(void *env, wasmtime_context_t *ctx, const wasmtime_component_func_type_t *ty,
+                                   wasmtime_component_val_t *args, size_t nargs,
+                                   wasmtime_component_val_t *results, size_t nresults) {
+  (void)ty;
+  wovyr_cinst *c = wasmtime_context_get_data(ctx);
+  wr w = {0};
+  for (size_t i = 0; i < nargs; i++) encode(&w, &args[i]);
+  if (w.oom) {
+    free(w.data);
+    return wasmtime_error_new("wovyr: out of memory encoding a host call's arguments");
+  }
+  uint8_t *out = NULL;
+  size_t out_len = 0;
+  char *msg = NULL;
+  int end = wovyrHostCall((uintptr_t)env, c ? c->host : 0, w.data, w.len, &out, &out_len, &msg);
+  free(w.data);
+  if (end != WOVYR_CEND_OK) {
+    if (c && end != WOVYR_CEND_TRAP) c->end = end;
+    wasmtime_error_t *e = wasmtime_error_new(msg ? msg : "wovyr: host call failed");
+    free(msg);
+    free(out);
+    return e;
+  }
+  rd r = {out, out + out_len};
+  int ok = 1;
+  for (size_t i = 0; i < nresults && ok; i++) ok = decode(&r, &results[i], 0);
+  ok = ok && r.p == r.end;
+  free(out);
+  return ok ? NULL : wasmtime_error_new("wovyr: a host call's results did not decode");
+}
+
+char *wovyr_linker_define(wasmtime_component_linker_t *linker, const char *iface, size_t iface_len,
+                          size_t n, const char *names, const size_t *name_lens, const uintptr_t *ids) {
+  wasmtime_component_linker_instance_t *root = wasmtime_component_linker_root(linker), *in = NULL;
+  wasmtime_error_t *e = wasmtime_component_linker_instance_add_instance(root, iface, iface_len, &in);
+  for (size_t i = 0; e == NULL && i < n; i++) {
+    e = wasmtime_component_linker_instance_add_func(in, names, name_lens[i], host_call, (void *)ids[i], NULL);
+    names += name_lens[i];
+  }
+  if (in) wasmtime_component_linker_instance_delete(in);
+  wasmtime_component_linker_instance_delete(root);
+  return e ? error_text(e) : NULL;
 }
 
 int wovyr_cval_roundtrip(const uint8_t *in, size_t len, size_t n, uint8_t **out, size_t *out_len) {

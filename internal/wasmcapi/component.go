@@ -9,6 +9,7 @@ import "C"
 import (
 	"errors"
 	"runtime"
+	"runtime/cgo"
 	"sort"
 	"sync"
 	"unsafe"
@@ -204,10 +205,12 @@ func (c *Component) Close() {
 // Linker resolves a component's imports. It is safe for concurrent use
 // once made.
 type Linker struct {
-	engine *Engine
-	ptr    *C.wasmtime_component_linker_t
-	wasi   bool
-	once   sync.Once
+	engine  *Engine
+	ptr     *C.wasmtime_component_linker_t
+	wasi    bool
+	hosts   bool         // Define was called: instances carry a context for host calls
+	handles []cgo.Handle // the defined HostFuncs
+	once    sync.Once
 }
 
 // NewLinker makes a linker that defines nothing, or, with wasip2, every
@@ -227,5 +230,10 @@ func (e *Engine) NewLinker(wasip2 bool) (*Linker, error) {
 
 // Close frees the linker. It is idempotent.
 func (l *Linker) Close() {
-	l.once.Do(func() { C.wasmtime_component_linker_delete(l.ptr) })
+	l.once.Do(func() {
+		C.wasmtime_component_linker_delete(l.ptr)
+		for _, h := range l.handles {
+			h.Delete()
+		}
+	})
 }

@@ -21,7 +21,8 @@ typedef struct wovyr_cinst {
   wasmtime_component_instance_t inst;
   uint64_t deadline_mono_ns; // 0: none
   int cancel;                // set (atomically) by Go
-  int end;                   // set by the epoch callback
+  int end;                   // set by the epoch callback or a host call
+  uintptr_t host;            // the Go instance's handle for host calls; 0: none
 } wovyr_cinst;
 
 typedef struct wovyr_ccall {
@@ -45,13 +46,20 @@ typedef struct wovyr_ccall {
 // returns NULL and sets *message (malloc'd).
 wovyr_cinst *wovyr_cinst_new(wasm_engine_t *engine, const wasmtime_component_linker_t *linker,
                              const wasmtime_component_t *component, int64_t memory_limit,
-                             int64_t table_limit, int wasi, char **message);
+                             int64_t table_limit, int wasi, uintptr_t host, char **message);
 void wovyr_cinst_delete(wovyr_cinst *c);
 // wovyr_cinst_call decodes args (nargs values in the codec of component.c)
 // and calls. An encoded result that fits in out (out_cap bytes) is written
 // there, else to call->result. The caller owns call, args and out (Go
 // memory: C keeps no pointer to them).
 void wovyr_cinst_call(wovyr_cinst *c, wovyr_ccall *call, const uint8_t *args, uint8_t *out, size_t out_cap);
+
+// wovyr_linker_define defines interface iface (iface_len bytes) in linker
+// with n functions: names holds their names back to back, name_lens their
+// lengths, and ids the Go handles wovyrHostCall is called with. It returns
+// NULL, or a malloc'd message.
+char *wovyr_linker_define(wasmtime_component_linker_t *linker, const char *iface, size_t iface_len,
+                          size_t n, const char *names, const size_t *name_lens, const uintptr_t *ids);
 
 // wovyr_cval_roundtrip decodes n encoded values into Wasmtime values and
 // encodes them again: the codec's own test, with Wasmtime's allocator.

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/cgo"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -56,6 +57,8 @@ type Instance struct {
 	comp     *Component
 	ptr      *C.wovyr_cinst
 	poisoned bool
+	host     *instHost  // nil when the linker defines no host functions
+	handle   cgo.Handle // host's, as the store knows it
 }
 
 // Instantiate makes a fresh instance of c, linked by l, in a new store.
@@ -71,16 +74,25 @@ func (l *Linker) Instantiate(c *Component, lim Limits) (*Instance, error) {
 	if l.wasi {
 		wasi = 1
 	}
+	in := &Instance{comp: c}
+	var handle C.uintptr_t
+	if l.hosts {
+		in.host = &instHost{}
+		in.handle = cgo.NewHandle(in.host)
+		handle = C.uintptr_t(in.handle)
+	}
 	var msg *C.char
-	p := C.wovyr_cinst_new(l.engine.ptr, l.ptr, c.ptr, mem, tab, wasi, &msg)
+	p := C.wovyr_cinst_new(l.engine.ptr, l.ptr, c.ptr, mem, tab, wasi, handle, &msg)
 	if p == nil {
+		in.Close()
 		if msg == nil {
 			return nil, errors.New("wasmcapi: component instantiation failed")
 		}
 		defer C.free(unsafe.Pointer(msg))
 		return nil, newError(C.GoString(msg))
 	}
-	return &Instance{comp: c, ptr: p}, nil
+	in.ptr = p
+	return in, nil
 }
 
 // CallSpec bounds one call. The zero value is unmetered and has no deadline.
@@ -125,6 +137,10 @@ func (in *Instance) Call(ctx context.Context, f *Export, args []Val, s CallSpec)
 		stop := context.AfterFunc(ctx, func() { atomic.StoreInt32(cancel, 1) })
 		defer stop()
 	}
+	if in.host != nil {
+		in.host.ctx = ctx
+		defer func() { in.host.ctx = nil }()
+	}
 	var out [256]byte
 
 	C.wovyr_cinst_call(in.ptr, &call, (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(enc))),
@@ -168,6 +184,10 @@ func (in *Instance) Close() {
 		C.wovyr_cinst_delete(in.ptr)
 		in.ptr = nil
 	}
+	if in.host != nil {
+		in.handle.Delete()
+		in.host = nil
+	}
 }
 
 // roundTrip passes vals through Wasmtime's own value representation and
@@ -183,7 +203,7 @@ func roundTrip(vals []Val) ([]Val, error) {
 	if ok == 0 {
 		return nil, errCodec
 	}
-	r := reader{C.GoBytes(unsafe.Pointer(out), C.int(n))}
+	r := reader{b: C.GoBytes(unsafe.Pointer(out), C.int(n))}
 	res := make([]Val, len(vals))
 	for i := range res {
 		v, err := r.val(0)

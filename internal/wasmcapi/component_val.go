@@ -16,6 +16,10 @@ import (
 //	option: Payload (nil: none)
 //	result: Ok, and Payload (nil when that case has none)
 //	flags: Names (the flags that are set)
+//
+// A list<u8> may be held in Bytes instead of Elems: host functions return
+// bodies that way, and their list<u8> arguments arrive that way, so a
+// megabyte is not a million Vals.
 type Val struct {
 	Kind    Kind
 	Bool    bool
@@ -28,6 +32,19 @@ type Val struct {
 	Names   []string
 	Payload *Val
 	Ok      bool
+	Bytes   []byte
+}
+
+// ListBytes returns a list<u8>'s bytes, from Bytes or from Elems.
+func (v *Val) ListBytes() []byte {
+	if v.Bytes != nil || len(v.Elems) == 0 {
+		return v.Bytes
+	}
+	b := make([]byte, len(v.Elems))
+	for i := range v.Elems {
+		b[i] = byte(v.Elems[i].Uint)
+	}
+	return b
 }
 
 // encodeVals writes vals in component.c's codec.
@@ -71,6 +88,13 @@ func encodeVal(b []byte, v *Val) []byte {
 	case KindString, KindEnum:
 		return appendName(b, v.Str)
 	case KindList, KindTuple:
+		if v.Bytes != nil {
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(v.Bytes)))
+			for _, c := range v.Bytes {
+				b = append(b, byte(KindU8), c)
+			}
+			return b
+		}
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(v.Elems)))
 		for i := range v.Elems {
 			b = encodeVal(b, &v.Elems[i])
@@ -120,7 +144,8 @@ func appendPayload(b []byte, p *Val) []byte {
 var errCodec = errors.New("wasmcapi: malformed encoded value")
 
 type reader struct {
-	b []byte
+	b     []byte
+	bytes bool // lists of u8 go into Val.Bytes
 }
 
 func (r *reader) take(n int) ([]byte, error) {
@@ -204,6 +229,14 @@ func (r *reader) val(depth int) (Val, error) {
 		if n, err = r.count(); err != nil {
 			return v, err
 		}
+		if r.bytes && v.Kind == KindList && n > 0 && r.u8s(n) {
+			v.Bytes = make([]byte, n)
+			for i := range v.Bytes {
+				v.Bytes[i] = r.b[2*i+1]
+			}
+			r.b = r.b[2*n:]
+			return v, nil
+		}
 		v.Elems = make([]Val, n)
 		if v.Kind == KindRecord {
 			v.Names = make([]string, n)
@@ -242,9 +275,22 @@ func (r *reader) val(depth int) (Val, error) {
 	return v, err
 }
 
+// u8s reports whether the next n values are all u8.
+func (r *reader) u8s(n int) bool {
+	if len(r.b) < 2*n {
+		return false
+	}
+	for i := 0; i < n; i++ {
+		if Kind(r.b[2*i]) != KindU8 {
+			return false
+		}
+	}
+	return true
+}
+
 // decodeVal reads exactly one value.
 func decodeVal(b []byte) (Val, error) {
-	r := reader{b}
+	r := reader{b: b}
 	v, err := r.val(0)
 	if err == nil && len(r.b) != 0 {
 		err = errCodec
