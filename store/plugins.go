@@ -42,8 +42,9 @@ func (s *Store) PutPlugin(rec Plugin, wasm []byte) error {
 	})
 }
 
-// DeletePlugin removes the plugin name (ErrNotFound if none) and, when no
-// other plugin uses them, its component's bytes.
+// DeletePlugin removes the plugin name (ErrNotFound if none), every
+// tenant's key-value data of it, and, when no other plugin uses them, its
+// component's bytes. (Replacing a plugin with PutPlugin keeps its data.)
 func (s *Store) DeletePlugin(name string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		old, err := getPlugin(tx, name)
@@ -51,6 +52,9 @@ func (s *Store) DeletePlugin(name string) error {
 			return err
 		}
 		if err := tx.Bucket(bucketPlugins).Delete([]byte(name)); err != nil {
+			return err
+		}
+		if err := dropKV(tx, name); err != nil {
 			return err
 		}
 		return dropUnused(tx, old.Component)

@@ -31,7 +31,8 @@ var (
 	bucketExecs       = []byte("execs")
 	bucketPlugins     = []byte("plugins")
 	bucketComponents  = []byte("plugin-components")
-	buckets           = [][]byte{bucketCerts, bucketInvocations, bucketProbes, bucketSessions, bucketExecs, bucketPlugins, bucketComponents}
+	bucketPluginKV    = []byte("plugin-kv")
+	buckets           = [][]byte{bucketCerts, bucketInvocations, bucketProbes, bucketSessions, bucketExecs, bucketPlugins, bucketComponents, bucketPluginKV}
 )
 
 // ErrLocked means another process (a running daemon, most likely) holds

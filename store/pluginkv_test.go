@@ -1,0 +1,75 @@
+package store
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// TestPluginKV: data is kept per plugin and tenant, the quota counts keys
+// and values and refuses a write that would pass it (writing nothing),
+// usage follows overwrites and deletes, and removing a plugin removes its
+// data for every tenant while replacing it keeps the data.
+func TestPluginKV(t *testing.T) {
+	s, err := Open(t.TempDir(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(plugin, tenant, key string) string {
+		t.Helper()
+		v, ok, err := s.KVGet(plugin, tenant, key)
+		must(err)
+		if !ok {
+			return "<none>"
+		}
+		return string(v)
+	}
+	must(s.PutPlugin(Plugin{Name: "p", Component: "sha256:1"}, []byte("wasm")))
+	must(s.KVSet("p", "alice", "k", []byte("v1"), 10))
+	must(s.KVSet("p", "bob", "k", []byte("b"), 10))
+	must(s.KVSet("q", "alice", "k", []byte("q"), 10))
+	if got := get("p", "alice", "k") + get("p", "bob", "k") + get("q", "alice", "k") + get("p", "carol", "k"); got != "v1bq<none>" {
+		t.Fatalf("values %q", got)
+	}
+	must(s.KVSet("p", "alice", "k", []byte("v2345"), 10)) // 1+5 bytes in use
+	if err := s.KVSet("p", "alice", "k2", []byte("xyz12"), 10); !errors.Is(err, ErrKVQuota) {
+		t.Fatalf("over quota: %v", err)
+	}
+	if got := get("p", "alice", "k2"); got != "<none>" {
+		t.Fatalf("a refused write was kept: %q", got)
+	}
+	if n, _ := s.KVUsage("p", "alice"); n != 6 {
+		t.Fatalf("usage %d, want 6", n)
+	}
+	must(s.KVSet("p", "alice", "ka", []byte("1"), 10))
+	keys, more, err := s.KVKeys("p", "alice", "k", 1)
+	must(err)
+	if !reflect.DeepEqual(keys, []string{"k"}) || !more {
+		t.Fatalf("keys %v more %v", keys, more)
+	}
+	if found, err := s.KVDelete("p", "alice", "k"); !found || err != nil {
+		t.Fatalf("delete: %v %v", found, err)
+	}
+	if n, _ := s.KVUsage("p", "alice"); n != 3 {
+		t.Fatalf("usage after delete %d, want 3", n)
+	}
+	if err := s.KVSet("p", "alice", "\x00", []byte("x"), 10); err == nil {
+		t.Fatal("the usage key was writable")
+	}
+	must(s.PutPlugin(Plugin{Name: "p", Component: "sha256:2"}, []byte("wasm2"))) // an upgrade
+	if got := get("p", "alice", "ka"); got != "1" {
+		t.Fatalf("replacing the plugin lost its data: %q", got)
+	}
+	must(s.DeletePlugin("p"))
+	if got := get("p", "alice", "ka") + get("p", "bob", "k") + get("q", "alice", "k"); got != "<none><none>q" {
+		t.Fatalf("after removing p: %q", got)
+	}
+}
