@@ -14,7 +14,12 @@ import (
 	"github.com/wovyr/wovyr/netpolicy"
 )
 
+// DeniedHeader marks the proxy's own refusals (403), so a client can tell
+// them from an origin's 403.
+const DeniedHeader = "Wovyr-Egress"
+
 func deny(w http.ResponseWriter) {
+	w.Header().Set(DeniedHeader, "denied")
 	http.Error(w, "wovyr egress: denied by network policy", http.StatusForbidden)
 }
 

@@ -143,8 +143,13 @@ func (s *Slot) Veth() string { return s.table.veth }
 // Env is what a sandbox's environment should carry so that proxy-aware
 // clients use the explicit proxy (others are redirected transparently).
 func (s *Slot) Env() []string {
-	u := fmt.Sprintf("http://%s", netip.AddrPortFrom(s.Gateway(), s.svc.ports.proxyVisible))
+	u := fmt.Sprintf("http://%s", s.ProxyAddr())
 	return []string{"HTTP_PROXY=" + u, "HTTPS_PROXY=" + u, "http_proxy=" + u, "https_proxy=" + u, "NO_PROXY=", "no_proxy="}
+}
+
+// ProxyAddr is the explicit proxy's address as seen from inside the slot.
+func (s *Slot) ProxyAddr() netip.AddrPort {
+	return netip.AddrPortFrom(s.Gateway(), s.svc.ports.proxyVisible)
 }
 
 // ResolvConf is an /etc/resolv.conf naming the stub. (Any query to port 53
