@@ -28,8 +28,9 @@ type Row struct {
 	Backends string // BATTERY.md's letters: "L", "all", "W", "C,G", …
 }
 
-// letters maps backend names to BATTERY.md's letters.
-var letters = map[string]string{"native": "N", "wasm": "W", "container": "C", "gvisor": "G", "microvm": "M"}
+// letters maps backend names to BATTERY.md's letters; "plugin" is the
+// component plugin host (package plugin), P.
+var letters = map[string]string{"native": "N", "wasm": "W", "container": "C", "gvisor": "G", "microvm": "M", "plugin": "P"}
 
 // appliesTo reports whether row r names backend.
 func (r Row) appliesTo(backend string) bool {
@@ -38,7 +39,7 @@ func (r Row) appliesTo(backend string) bool {
 		switch p := strings.TrimSpace(part); {
 		case p == "all", p == l:
 			return true
-		case p == "L" && l != "W" && l != "":
+		case p == "L" && l != "W" && l != "P" && l != "":
 			return true
 		}
 	}

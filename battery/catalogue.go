@@ -111,4 +111,13 @@ var catalogue = []Row{
 	// BATTERY.md's "Tenant-bound snapshot" (a session row, unnumbered
 	// there): a paused session's saved sandbox resumes for its tenant only.
 	{98, "Tenant-bound snapshot", "G,M"},
+	// BATTERY.md's plugin rows (issue 20), and those the issue adds. They
+	// name the component plugin host (letter P, package plugin's battery),
+	// not a backend: no certification of a backend runs them.
+	{99, "Plugin: ungranted import", "P"},
+	{100, "Plugin: poisoned instance", "P"},
+	{101, "Plugin: signature", "P"},
+	{102, "Plugin: fuel", "P"},
+	{103, "Plugin: memory", "P"},
+	{104, "Plugin: tenant state", "P"},
 }

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/wovyr/wovyr/netpolicy"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
@@ -46,6 +47,9 @@ type PluginList struct {
 type PluginCall struct {
 	Function string          `json:"function"`
 	Args     json.RawMessage `json:"args,omitempty"`
+	// Network is the policy the plugin's wovyr:host/http requests are held
+	// to; absent denies every request.
+	Network netpolicy.Policy `json:"network,omitzero"`
 }
 
 // PluginResult is how a plugin call ended (a 200 whatever the end).
@@ -56,6 +60,17 @@ type PluginResult struct {
 	FuelUsed uint64          `json:"fuel_used"`
 	Took     time.Duration   `json:"took_ns"`
 	Fresh    bool            `json:"fresh_instance"`
+	// Invocation names the call in the node's log and egress decisions.
+	Invocation  string           `json:"invocation"`
+	Logs        []PluginLogEntry `json:"logs,omitempty"`
+	LogsDropped int              `json:"logs_dropped,omitempty"`
+}
+
+// PluginLogEntry is one entry the plugin logged (wovyr:host/log).
+type PluginLogEntry struct {
+	Level   string            `json:"level"`
+	Message string            `json:"message"`
+	Fields  map[string]string `json:"fields,omitempty"`
 }
 
 func pluginPath(name string) string { return "/v1/plugins/" + url.PathEscape(name) }
@@ -84,7 +99,13 @@ func (c *Client) RemovePlugin(ctx context.Context, name string) (*Plugin, error)
 
 // CallPlugin calls function fn of plugin name with JSON args.
 func (c *Client) CallPlugin(ctx context.Context, name, fn string, args json.RawMessage) (*PluginResult, error) {
-	body, err := json.Marshal(PluginCall{Function: fn, Args: args})
+	return c.CallPluginWith(ctx, name, PluginCall{Function: fn, Args: args})
+}
+
+// CallPluginWith is CallPlugin with the whole request: a network policy
+// for the plugin's outgoing HTTP as well.
+func (c *Client) CallPluginWith(ctx context.Context, name string, call PluginCall) (*PluginResult, error) {
+	body, err := json.Marshal(call)
 	if err != nil {
 		return nil, sandbox.Wrap(sandbox.BadInput, err, "encode plugin call") // args are not JSON
 	}

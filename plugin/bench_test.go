@@ -126,7 +126,7 @@ func BenchmarkPluginCallAdd(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
-		r, err := h.Call(ctx, "t", "calc", "add", args)
+		r, err := h.Call(ctx, "t", "calc", "add", args, CallOptions{})
 		if err != nil || string(r.Value) != "42" {
 			b.Fatal(r, err)
 		}

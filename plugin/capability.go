@@ -27,6 +27,9 @@ var grantableWASI = map[string]bool{
 	"wasi:filesystem/types": true, "wasi:filesystem/preopens": true,
 }
 
+// grantableHost are wovyr's own host capabilities (hostcap.go).
+var grantableHost = map[string]bool{hostLog: true, hostKV: true, hostHTTP: true}
+
 // splitVersion splits "wasi:random/random@0.2.0" into the interface and
 // its version ("" when absent).
 func splitVersion(name string) (iface, version string) {
@@ -42,10 +45,14 @@ func grantable(c string) error {
 		return nil
 	case grantableWASI[iface]:
 		return fmt.Errorf("%s: only WASI 0.2 versions are offered", c)
+	case grantableHost[iface] && (version == "" || version == hostVersion):
+		return nil
+	case grantableHost[iface]:
+		return fmt.Errorf("%s: this host offers version %s", c, hostVersion)
 	case strings.HasPrefix(iface, "wasi:sockets/"):
-		return fmt.Errorf("%s is not offered: plugins get no raw sockets (outgoing HTTP through the egress policy is planned)", c)
+		return fmt.Errorf("%s is not offered: plugins get no raw sockets (%s is their outgoing HTTP, through the egress policy)", c, hostHTTP)
 	case strings.HasPrefix(iface, "wasi:http/"):
-		return fmt.Errorf("%s is not offered yet", c)
+		return fmt.Errorf("%s is not offered: %s is plugins' outgoing HTTP, through the egress policy (ADR 0036)", c, hostHTTP)
 	}
 	return fmt.Errorf("%s is not an interface wovyr offers to plugins", c)
 }

@@ -53,7 +53,7 @@ func signed(name string, wasm []byte, caps ...string) *Manifest {
 
 func call(t testing.TB, h *Host, tenant, name, fn, args string) *Result {
 	t.Helper()
-	r, err := h.Call(context.Background(), tenant, name, fn, json.RawMessage(args))
+	r, err := h.Call(context.Background(), tenant, name, fn, json.RawMessage(args), CallOptions{})
 	if err != nil {
 		t.Fatalf("%s(%s): %v", fn, args, err)
 	}
@@ -113,7 +113,7 @@ func TestBadArgumentsRunNothing(t *testing.T) {
 		{"swap", `{"p": {"x": 1}}`, "args.p.y", `bad-input (args.p.y): missing field y: expected s32`},
 		{"nope", `{}`, "func", `bad-input (func): plugin calc exports no function "nope" (it exports add, area, counter, crash, divide, find, flip, greet, grow, half, next-color, spin, sum, swap, upper)`},
 	} {
-		_, err := h.Call(context.Background(), "t1", "calc", c.fn, json.RawMessage(c.args))
+		_, err := h.Call(context.Background(), "t1", "calc", c.fn, json.RawMessage(c.args), CallOptions{})
 		if err == nil || err.Error() != c.want || sandbox.FieldOf(err) != c.field {
 			t.Errorf("%s: %v, want %s", c.fn, err, c.want)
 		}
@@ -122,7 +122,7 @@ func TestBadArgumentsRunNothing(t *testing.T) {
 	if r := call(t, h, "t1", "calc", "counter", `{}`); string(r.Value) != "2" || r.Fresh {
 		t.Fatalf("counter after refused calls: %+v", r)
 	}
-	if _, err := h.Call(context.Background(), "t1", "nosuch", "add", nil); sandbox.ClassOf(err) != sandbox.NotFound {
+	if _, err := h.Call(context.Background(), "t1", "nosuch", "add", nil, CallOptions{}); sandbox.ClassOf(err) != sandbox.NotFound {
 		t.Fatalf("unknown plugin: %v", err)
 	}
 }
@@ -218,7 +218,7 @@ func TestManifestRefusals(t *testing.T) {
 		{`{"name": "Calc", "component": "sha256:00", "trust": "internal"}`, `bad-input (manifest.name): plugin name "Calc" must be 1-63 of a-z, 0-9 and '-', starting with a letter`},
 		{`{"name": "calc", "component": "md5:00", "trust": "internal"}`, `bad-input (manifest.component): component digest "md5:00" must be sha256:<64 hex digits>`},
 		{`{"name": "calc", "component": "` + Digest(calc) + `"}`, `bad-input (manifest.trust): a manifest must name its trust class (trusted, internal, untrusted, hostile)`},
-		{`{"name": "calc", "component": "` + Digest(calc) + `", "trust": "internal", "capabilities": ["wasi:sockets/tcp"]}`, `bad-input (manifest.capabilities[0]): wasi:sockets/tcp is not offered: plugins get no raw sockets (outgoing HTTP through the egress policy is planned)`},
+		{`{"name": "calc", "component": "` + Digest(calc) + `", "trust": "internal", "capabilities": ["wasi:sockets/tcp"]}`, `bad-input (manifest.capabilities[0]): wasi:sockets/tcp is not offered: plugins get no raw sockets (wovyr:host/http is their outgoing HTTP, through the egress policy)`},
 		{`{"name": "calc", "component": "` + Digest(calc) + `", "trust": "internal", "capabilities": ["acme:db/query"]}`, `bad-input (manifest.capabilities[0]): acme:db/query is not an interface wovyr offers to plugins`},
 		{`{"name": "calc", "component": "` + Digest(calc) + `", "trust": "internal", "grants": []}`, `bad-input (manifest): not a valid manifest: json: unknown field "grants"`},
 	} {

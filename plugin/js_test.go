@@ -50,7 +50,7 @@ func TestJSComponent(t *testing.T) {
 			t.Errorf("%s(%s) = %s (%s %s), want %s", c.fn, c.args, r.Value, r.End, r.Error, c.want)
 		}
 	}
-	_, err = h.Call(context.Background(), "alice", "jsdemo", "add", json.RawMessage(`{"a": "x", "b": 1}`))
+	_, err = h.Call(context.Background(), "alice", "jsdemo", "add", json.RawMessage(`{"a": "x", "b": 1}`), CallOptions{})
 	var se *sandbox.Error
 	if !errors.As(err, &se) || se.Class != sandbox.BadInput || se.Field != "args.a" || !strings.Contains(se.Msg, "expected u32") {
 		t.Fatalf("a string for a u32: %v", err)

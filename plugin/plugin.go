@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -109,6 +110,25 @@ type Result struct {
 	Took time.Duration `json:"took_ns"`
 	// Fresh says the call needed a new instance (none was idle).
 	Fresh bool `json:"fresh_instance"`
+	// Invocation names the call in the node's log and egress decisions.
+	Invocation string `json:"invocation"`
+	// Logs are the plugin's wovyr:host/log entries, in order, up to the
+	// call's cap; LogsDropped counts those past it.
+	Logs        []LogEntry `json:"logs,omitempty"`
+	LogsDropped int        `json:"logs_dropped,omitempty"`
+}
+
+// checkNetwork refuses, before anything runs, a network policy the call
+// cannot be held to: an invalid one (bad-input), or any but deny-all where
+// the plugin cannot use the network or the node cannot enforce it.
+func (p *Plugin) checkNetwork(opts CallOptions) error {
+	if opts.Network.DenyAll() {
+		return nil
+	}
+	if !slices.ContainsFunc(p.comp.Imports(), func(imp string) bool { iface, _ := splitVersion(imp); return iface == hostHTTP }) {
+		return sandbox.Errorf(sandbox.BadInput, "network", "plugin %s does not import %s, so a network policy has nothing to govern", p.manifest.Name, hostHTTP)
+	}
+	return p.host.cfg.Egress.Check(opts.Network)
 }
 
 // Call calls fn of plugin name for tenant with JSON args. Arguments that
@@ -116,7 +136,7 @@ type Result struct {
 // nothing runs. A call that ends other than ok discards its instance (it
 // is poisoned); the tenant's next call gets a fresh one. Instances are kept
 // per tenant, so no state crosses tenants.
-func (h *Host) Call(ctx context.Context, tenant, name, fn string, args json.RawMessage) (*Result, error) {
+func (h *Host) Call(ctx context.Context, tenant, name, fn string, args json.RawMessage, opts CallOptions) (*Result, error) {
 	p, err := h.acquire(name)
 	if err != nil {
 		return nil, err
@@ -137,20 +157,35 @@ func (h *Host) Call(ctx context.Context, tenant, name, fn string, args json.RawM
 	if err != nil {
 		return nil, err
 	}
+	if err := p.checkNetwork(opts); err != nil {
+		return nil, err
+	}
 	in, fresh, err := p.take(tenant)
 	if err != nil {
 		return nil, err
 	}
+	st := &callState{host: h, tenant: tenant, plugin: name, invocation: newInvocationID(), opts: opts,
+		deadline: time.Now().Add(p.limits.wall())}
 	h.begin()
-	r, err := in.Call(ctx, f, vals, wasmcapi.CallSpec{Fuel: p.limits.Fuel, Wall: p.limits.wall()})
+	spec := wasmcapi.CallSpec{Fuel: p.limits.Fuel, Wall: p.limits.wall()}
+	if h.cfg.weak == weakUnmetered {
+		spec.Fuel = 0
+	}
+	r, err := in.Call(context.WithValue(ctx, callKey{}, st), f, vals, spec)
 	h.end()
+	st.end()
 	if err != nil {
 		in.Close()
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "plugin call")
 	}
-	res := &Result{Value: json.RawMessage("null"), End: r.End.String(), FuelUsed: r.FuelUsed, Took: r.Took, Fresh: fresh}
+	res := &Result{Value: json.RawMessage("null"), End: r.End.String(), FuelUsed: r.FuelUsed, Took: r.Took, Fresh: fresh,
+		Invocation: st.invocation, Logs: st.logs, LogsDropped: st.logsDropped}
 	if r.End != wasmcapi.CallOK {
-		in.Close()
+		if h.cfg.weak == weakKeepFailed {
+			p.put(tenant, in)
+		} else {
+			in.Close()
+		}
 		res.Error = r.Message
 		if r.End == wasmcapi.CallOutOfFuel {
 			res.Error = "fuel exhausted after " + itoa(int(r.FuelUsed)) + " units"
@@ -169,6 +204,7 @@ func (h *Host) Call(ctx context.Context, tenant, name, fn string, args json.RawM
 
 // take returns an idle instance of the tenant's, or a fresh one.
 func (p *Plugin) take(tenant string) (*wasmcapi.Instance, bool, error) {
+	tenant = p.idleKey(tenant)
 	p.mu.Lock()
 	if ins := p.idle[tenant]; len(ins) > 0 {
 		in := ins[len(ins)-1]
@@ -177,7 +213,11 @@ func (p *Plugin) take(tenant string) (*wasmcapi.Instance, bool, error) {
 		return in, false, nil
 	}
 	p.mu.Unlock()
-	in, err := p.linker.Instantiate(p.comp, wasmcapi.Limits{Memory: p.limits.Memory})
+	lim := wasmcapi.Limits{Memory: p.limits.Memory}
+	if p.host.cfg.weak == weakNoMemoryLimit {
+		lim.Memory = 0
+	}
+	in, err := p.linker.Instantiate(p.comp, lim)
 	if err != nil {
 		// Load instantiated it once, so this is the pool (all slots busy).
 		return nil, false, sandbox.Wrap(sandbox.BackendFailure, err, "plugin instance")
@@ -187,6 +227,7 @@ func (p *Plugin) take(tenant string) (*wasmcapi.Instance, bool, error) {
 
 // put keeps in for the tenant's next call, up to MaxIdle.
 func (p *Plugin) put(tenant string, in *wasmcapi.Instance) {
+	tenant = p.idleKey(tenant)
 	p.mu.Lock()
 	if p.idle != nil && len(p.idle[tenant]) < p.host.cfg.MaxIdle {
 		p.idle[tenant] = append(p.idle[tenant], in)
@@ -196,4 +237,12 @@ func (p *Plugin) put(tenant string, in *wasmcapi.Instance) {
 	if in != nil {
 		in.Close()
 	}
+}
+
+// idleKey is whose idle instances a tenant's call takes: the tenant's own.
+func (p *Plugin) idleKey(tenant string) string {
+	if p.host.cfg.weak == weakSharedInstances {
+		return ""
+	}
+	return tenant
 }

@@ -158,7 +158,8 @@ func (s *Server) handlePluginCall(w http.ResponseWriter, r *http.Request, t *ten
 		s.writeError(w, sandbox.Errorf(sandbox.BadInput, "function", "a call names its function"))
 		return
 	}
-	res, err := s.plugins.Call(r.Context(), t.cfg.Name, r.PathValue("name"), req.Function, json.RawMessage(req.Args))
+	res, err := s.plugins.Call(r.Context(), t.cfg.Name, r.PathValue("name"), req.Function, json.RawMessage(req.Args),
+		plugin.CallOptions{Network: req.Network})
 	if err != nil {
 		s.writeError(w, err)
 		return

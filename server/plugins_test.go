@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/wovyr/wovyr/client"
+	"github.com/wovyr/wovyr/netpolicy"
 	"github.com/wovyr/wovyr/plugin"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/server"
@@ -107,6 +108,10 @@ func TestPluginsEndToEnd(t *testing.T) {
 	}
 	_, err = alice.CallPlugin(ctx, "nope", "add", nil)
 	wantAPIError(t, err, http.StatusNotFound, server.NotFound, "", `not-found: no plugin "nope"`)
+	_, err = alice.CallPluginWith(ctx, "calc", client.PluginCall{Function: "add", Args: json.RawMessage(`[1, 2]`),
+		Network: netpolicy.Policy{Allow: []netpolicy.Rule{{Host: "example.com", Ports: []uint16{443}}}}})
+	wantAPIError(t, err, http.StatusBadRequest, sandbox.BadInput, "network",
+		`bad-input (network): plugin calc does not import wovyr:host/http, so a network policy has nothing to govern`)
 
 	// A restart installs them again from the store (and the sealed cache).
 	h.stop()

@@ -9,12 +9,16 @@ import (
 
 	"github.com/wovyr/wovyr/client"
 	"github.com/wovyr/wovyr/config"
+	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/plugin"
+	"github.com/wovyr/wovyr/store"
 )
 
 // newPluginHost is the daemon's plugin host: compiled components sealed
-// under the state dir, the operator's trust keys, the configured limits.
-func newPluginHost(cfg config.Plugins, stateDir string, log *slog.Logger) (*plugin.Host, error) {
+// under the state dir, the operator's trust keys, the configured limits,
+// plugins' key-value data in the store, and their outgoing HTTP through the
+// daemon's egress service (none without one).
+func newPluginHost(cfg config.Plugins, stateDir string, st *store.Store, network *egress.Service, log *slog.Logger) (*plugin.Host, error) {
 	keys, err := cfg.Keys()
 	if err != nil {
 		return nil, err
@@ -24,7 +28,7 @@ func newPluginHost(cfg config.Plugins, stateDir string, log *slog.Logger) (*plug
 		return nil, err
 	}
 	return plugin.NewHost(plugin.Config{Dir: filepath.Join(stateDir, "plugins"), Trust: ts, Log: log,
-		Limits: plugin.Limits{Fuel: cfg.Fuel, Memory: cfg.Memory, WallMS: cfg.WallMS}})
+		Limits: plugin.Limits{Fuel: cfg.Fuel, Memory: cfg.Memory, WallMS: cfg.WallMS}, KV: st, Egress: network})
 }
 
 // startAnywhere is sessionCtx.start for commands written with flags after

@@ -42,6 +42,8 @@ func TestPluginCLI(t *testing.T) {
 		{[]string{"call", "calc", "add", "--args", `{"a": 40, "b": 2}`}, "42\n", "", 0},
 		{[]string{"call", "calc", "swap", "--args", `[{"x": 1, "y": 2}]`}, "{\"x\":2,\"y\":1}\n", "", 0},
 		{[]string{"call", "calc", "add", "--args", `{"a": 40}`}, "", "wovyr: bad-input (args.b): missing argument b: expected u32\n", exitBadInput},
+		{[]string{"call", "calc", "add", "--args", `[1, 2]`, "--allow", "example.com:443"}, "", "wovyr: bad-input (network): plugin calc does not import wovyr:host/http, so a network policy has nothing to govern\n", exitBadInput},
+		{[]string{"call", "calc", "add", "--args", `[1, 2]`, "--allow", "example.com"}, "", "wovyr: bad-input (allow): rule \"example.com\": want HOST:PORT or CIDR:PORT\n", exitBadInput},
 		{[]string{"call", "calc", "crash"}, "", "wovyr: plugin call ended trap: error while executing at wasm backtrace:: wasm trap: wasm `unreachable` instruction executed\n", exitBackendFailure},
 		{[]string{"call", "calc", "spin", "--args", `{"n": 0}`}, "", "wovyr: plugin call ran out of fuel: fuel exhausted after 1000000000 units\n", exitOutOfFuel},
 		{[]string{"rm", "calc"}, "", "", 0},
@@ -109,7 +111,7 @@ func pluginDaemon(t *testing.T, name string, wasm []byte) (run func(token string
 	t.Helper()
 	key := ed25519.NewKeyFromSeed([]byte("wovyr cli plugin test key, 32 b."))
 	cfg := config.Plugins{TrustKeys: map[string]string{"ops": base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))}}
-	host, err := newPluginHost(cfg, t.TempDir(), slog.New(slog.DiscardHandler))
+	host, err := newPluginHost(cfg, t.TempDir(), nil, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,7 +113,7 @@ func (c *serveCmd) run(ctx context.Context, g *globals) error {
 		return err
 	}
 	defer leave()
-	plugins, err := newPluginHost(cfg.Plugins, g.stateDir, log)
+	plugins, err := newPluginHost(cfg.Plugins, g.stateDir, st, network, log)
 	if err != nil {
 		return err
 	}

@@ -67,14 +67,15 @@ func C(t testing.TB, jco []string, name string) []byte {
 	})
 }
 
-// JS builds plugin/testdata/NAME/NAME.js against NAME.wit's world NAME
-// with `jco componentize`, every WASI feature disabled: the component
-// imports nothing (StarlingMonkey, about 12 MB).
+// JS builds plugin/testdata/NAME/NAME.js against the world NAME of the
+// directory's WIT (and its deps) with `jco componentize`, every WASI
+// feature disabled: the component imports only what its world imports
+// (StarlingMonkey, about 12 MB).
 func JS(t testing.TB, jco []string, name string) []byte {
 	t.Helper()
 	return build(t, jco, name, []string{".js", ".wit"}, func(src, _, out string) [][]string {
 		return [][]string{append(append([]string{}, jco...), "componentize", filepath.Join(src, name+".js"),
-			"--wit", filepath.Join(src, name+".wit"), "--world-name", name, "--disable", "all", "-o", out)}
+			"--wit", src, "--world-name", name, "--disable", "all", "-o", out)}
 	})
 }
 
@@ -85,14 +86,19 @@ func build(t testing.TB, jco []string, name string, exts []string, steps func(sr
 	src := filepath.Join(repoRoot(t), "plugin", "testdata", name)
 	h := sha256.New()
 	h.Write([]byte(strings.Join(jco[3:], " ")))
-	filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && hasSuffix(p, exts) {
-			b, _ := os.ReadFile(p)
-			h.Write([]byte(p[len(src):]))
-			h.Write(b)
-		}
-		return nil
-	})
+	// The sources, and wovyr's host WIT, which a component's wit/deps may
+	// link to (WalkDir does not follow the link).
+	hostWIT := filepath.Join(repoRoot(t), "plugin", "wit")
+	for _, dir := range []string{src, hostWIT} {
+		filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && hasSuffix(p, exts) {
+				b, _ := os.ReadFile(p)
+				h.Write([]byte(p[len(dir):]))
+				h.Write(b)
+			}
+			return nil
+		})
+	}
 	cacheRoot, err := os.UserCacheDir()
 	if err != nil {
 		t.Fatal(err)

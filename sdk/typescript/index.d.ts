@@ -247,8 +247,12 @@ export class Client {
   plugin(name: string): Promise<PluginView>;
   /** admin */
   removePlugin(name: string): Promise<PluginView>;
-  /** args by parameter name or in order, as the JSON forms of their WIT types */
-  callPlugin(name: string, fn: string, args?: Record<string, unknown> | unknown[]): Promise<PluginCallResult>;
+  /**
+   * args by parameter name or in order, as the JSON forms of their WIT types;
+   * network is the policy the plugin's outgoing HTTP is held to (none denies it all)
+   */
+  callPlugin(name: string, fn: string, args?: Record<string, unknown> | unknown[],
+    options?: { network?: NetworkPolicy }): Promise<PluginCallResult>;
 }
 
 /** An installed plugin as the API shows it. */
@@ -274,6 +278,16 @@ export interface PluginCallResult {
   /** seconds */
   took: number;
   freshInstance: boolean;
+  /** the call's id in the node's log and egress decisions */
+  invocation: string;
+  /** what the plugin logged (wovyr:host/log), up to the call's cap */
+  logs: Array<{ level: "debug" | "info" | "warn" | "error"; message: string; fields?: Record<string, string> }>;
+  logsDropped: number;
+}
+
+/** Egress allow rules as the API writes them; none denies all egress. */
+export interface NetworkPolicy {
+  allow?: Array<{ host?: string; cidr?: string; ports?: number[]; protocol?: "tcp" | "udp" }>;
 }
 
 export class Session {

@@ -310,10 +310,10 @@ export class Client {
    * @param {string} fn
    * @param {object|unknown[]} [args]
    */
-  async callPlugin(name, fn, args) {
-    const r = await this.json("pluginCall", { id: name, payload: dropUndefined({ function: fn, args }) });
+  async callPlugin(name, fn, args, { network } = {}) {
+    const r = await this.json("pluginCall", { id: name, payload: dropUndefined({ function: fn, args, network }) });
     return { value: r.value, end: r.end, error: r.error ?? "", fuelUsed: r.fuel_used, took: r.took_ns / 1e9,
-      freshInstance: r.fresh_instance };
+      freshInstance: r.fresh_instance, invocation: r.invocation, logs: r.logs ?? [], logsDropped: r.logs_dropped ?? 0 };
   }
 
   /**

@@ -140,7 +140,10 @@ class LiveTest(unittest.TestCase):
 
         r = self.alice.call_plugin("calc", "add", {"a": 40, "b": 2})
         self.assertEqual((r.value, r.end, r.error), (42, "ok", ""))
-        self.assertTrue(r.fuel_used > 0 and r.took > 0)
+        self.assertTrue(r.fuel_used > 0 and r.took > 0 and r.invocation.startswith("pc-") and r.logs == [])
+        with self.assertRaises(wovyr.BadInput) as cm:
+            self.alice.call_plugin("calc", "add", [1, 2], network={"allow": [{"host": "example.com", "ports": [443]}]})
+        self.assertEqual(cm.exception.field, "network")
         self.assertEqual(self.alice.call_plugin("calc", "swap", [{"x": 1, "y": -2}]).value, {"x": -2, "y": 1})
         with self.assertRaises(wovyr.BadInput) as cm:
             self.alice.call_plugin("calc", "add", {"a": "x", "b": 1})

@@ -319,14 +319,20 @@ class Client:
         """Uninstall a plugin (admin); returns what it was."""
         return self._json("plugin_delete", name)
 
-    def call_plugin(self, name: str, function: str, args: Union[Mapping[str, Any], Sequence[Any], None] = None) -> "PluginResult":
+    def call_plugin(self, name: str, function: str, args: Union[Mapping[str, Any], Sequence[Any], None] = None, *,
+                    network: Optional[Mapping[str, Any]] = None) -> "PluginResult":
         """Call a plugin's function with ``args`` by parameter name (a
         mapping) or in order (a sequence), as JSON forms of their WIT types.
-        Returns how the call ended, whatever the end; arguments that do not
-        match the signature raise BadInput, and nothing runs."""
+        ``network`` is the policy its outgoing HTTP is held to, as the API
+        writes it (``{"allow": [{"host": "example.com", "ports": [443]}]}``);
+        none denies it all. Returns how the call ended, whatever the end;
+        arguments that do not match the signature raise BadInput, and
+        nothing runs."""
         req: Dict[str, Any] = {"function": function}
         if args is not None:
             req["args"] = dict(args) if isinstance(args, Mapping) else list(args)
+        if network is not None:
+            req["network"] = dict(network)
         return PluginResult.from_json(self._json("plugin_call", name, payload=req))
 
 
@@ -334,7 +340,9 @@ class Client:
 class PluginResult:
     """How a plugin call ended. ``end`` is "ok", "trap", "out-of-fuel",
     "timeout" or "cancelled"; ``value`` is the result's JSON form (None
-    unless ok); ``took`` is in seconds."""
+    unless ok); ``took`` is in seconds; ``logs`` are what the plugin logged
+    (each a mapping of level, message and fields), ``logs_dropped`` those
+    past the call's cap."""
 
     value: Any
     end: str
@@ -342,11 +350,16 @@ class PluginResult:
     fuel_used: int = 0
     took: float = 0.0
     fresh_instance: bool = False
+    invocation: str = ""
+    logs: List[Dict[str, Any]] = field(default_factory=list)
+    logs_dropped: int = 0
 
     @classmethod
     def from_json(cls, r: Mapping[str, Any]) -> "PluginResult":
         return cls(value=r.get("value"), end=r.get("end", ""), error=r.get("error", ""), fuel_used=r.get("fuel_used", 0),
-                   took=r.get("took_ns", 0) / 1e9, fresh_instance=bool(r.get("fresh_instance")))
+                   took=r.get("took_ns", 0) / 1e9, fresh_instance=bool(r.get("fresh_instance")),
+                   invocation=r.get("invocation", ""), logs=list(r.get("logs") or []),
+                   logs_dropped=r.get("logs_dropped", 0))
 
 
 def _invocation(argv: Sequence[str], *, trust: str = "internal", image: Optional[str] = None,

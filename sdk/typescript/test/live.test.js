@@ -275,7 +275,9 @@ test("plugins: install (admin, signed), list, typed calls, a trap, remove", asyn
 
   const r = await alice.callPlugin("calc", "add", { a: 40, b: 2 });
   assert.deepEqual([r.value, r.end, r.error], [42, "ok", ""]);
-  assert.ok(r.fuelUsed > 0 && r.took > 0);
+  assert.ok(r.fuelUsed > 0 && r.took > 0 && r.invocation.startsWith("pc-") && r.logs.length === 0);
+  await assert.rejects(alice.callPlugin("calc", "add", [1, 2], { network: { allow: [{ host: "example.com", ports: [443] }] } }),
+    (e) => e instanceof wovyr.BadInput && e.field === "network");
   assert.deepEqual((await alice.callPlugin("calc", "swap", [{ x: 1, y: -2 }])).value, { x: -2, y: 1 });
   await assert.rejects(alice.callPlugin("calc", "add", { a: "x", b: 1 }), (e) =>
     e instanceof wovyr.BadInput && e.field === "args.a" && e.message.includes("expected u32"));
