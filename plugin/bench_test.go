@@ -188,3 +188,60 @@ func benchLoad(b *testing.B, name string, wasm []byte) {
 	b.StopTimer()
 	report(b, ours, compile) // here "raw" is a cold compile
 }
+
+// BenchmarkHostCall: rand's roll, whose one import a Go HostFunc answers,
+// against calc's add on the same engine, each through wasmcapi on one
+// instance, alternating: host-call-ns is what the call into Go adds.
+func BenchmarkHostCall(b *testing.B) {
+	e, l, c, add := calcFromCache(b)
+	rand, err := e.CompileComponent(component(b, "rand"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(rand.Close)
+	hl, err := e.NewLinker(false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(hl.Close)
+	seven := func(context.Context, []wasmcapi.Val) (*wasmcapi.Val, error) {
+		return &wasmcapi.Val{Kind: wasmcapi.KindU64, Uint: 7}, nil
+	}
+	if err := hl.Define("wasi:random/random@0.2.0", map[string]wasmcapi.HostFunc{"get-random-u64": seven}); err != nil {
+		b.Fatal(err)
+	}
+	ri, err := hl.Instantiate(rand, wasmcapi.Limits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ri.Close()
+	ai, err := l.Instantiate(c, wasmcapi.Limits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ai.Close()
+	roll, _ := rand.Func("roll")
+	args := []wasmcapi.Val{{Kind: wasmcapi.KindU32, Uint: 40}, {Kind: wasmcapi.KindU32, Uint: 2}}
+	spec := wasmcapi.CallSpec{Fuel: 1e6, Wall: time.Second}
+	ctx := context.Background()
+	ours := make([]time.Duration, 0, b.N)
+	plain := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		r, err := ri.Call(ctx, roll, nil, spec)
+		if err != nil || r.Result.Uint != 7 {
+			b.Fatal(r, err)
+		}
+		t1 := time.Now()
+		if r, err = ai.Call(ctx, add, args, spec); err != nil || r.Result.Uint != 42 {
+			b.Fatal(r, err)
+		}
+		ours, plain = append(ours, t1.Sub(t0)), append(plain, time.Since(t1))
+	}
+	b.StopTimer()
+	report(b, ours, plain)
+	slices.Sort(ours)
+	slices.Sort(plain)
+	b.ReportMetric(float64((ours[len(ours)/2] - plain[len(plain)/2]).Nanoseconds()), "host-call-ns")
+}

@@ -23,7 +23,22 @@
 // interfaces, and it fails with the interface's name rather than a trap.
 // Granted WASI interfaces reach nothing ambient: each store's WASI context
 // is empty (no environment, no arguments, no preopens, empty stdin,
-// discarded stdout and stderr). Sockets and HTTP are not offered.
+// discarded stdout and stderr). Sockets and wasi:http are not offered.
+//
+// # Host capabilities
+//
+// wovyr's own interfaces (wit/host.wit, package wovyr:host) are defined in
+// Go and gated the same way (hostcap*.go): log (into the call's result and
+// the node's log), kv (the store, private to the tenant and the plugin)
+// and http (through an egress slot's proxy under the call's network
+// policy; default deny). Each finds the call it serves in its context. A
+// component importing one the node cannot provide is refused at load.
+// ADR 0036 says why wasi:http is not the interface.
+//
+// # Battery
+//
+// Battery runs BATTERY.md's plugin rows (99–104) against the host, each
+// with a positive control on a host weakened in that row's one property.
 //
 // # Instances
 //
@@ -35,7 +50,8 @@
 //
 // What it refuses to do: resources, futures and streams in exported
 // signatures cannot be called through JSON yet (their functions are
-// listed, and calling one is bad-input); it keeps no state on disk except
-// the sealed compiled components in Config.Dir (the daemon's store holds
-// the manifests and component bytes).
+// listed, and calling one is bad-input); it hosts no plugin whose trust
+// class's floor is above wasm; and it keeps no state on disk except the
+// sealed compiled components in Config.Dir (the daemon's store holds the
+// manifests, component bytes and key-value data).
 package plugin

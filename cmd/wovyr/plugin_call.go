@@ -12,7 +12,7 @@ import (
 )
 
 func pluginCallMain(ctx context.Context, sc *sessionCtx, args []string) int {
-	fs := sc.flags("call", "call [flags] NAME FUNC [--args JSON] [--allow HOST:PORT]\n\nCalls FUNC of plugin NAME with JSON arguments, an object by parameter name or an\narray in order (docs/API.md has the JSON form of each WIT type). Prints the result\nvalue; with --json the whole result (end, error, fuel). Exits 0 when the call ended\nok, 125 when the plugin trapped, 126 out of fuel, 124 past its deadline.")
+	fs := sc.flags("call", "call [flags] NAME FUNC [--args JSON] [--allow HOST:PORT]\n\nCalls FUNC of plugin NAME with JSON arguments, an object by parameter name or an\narray in order (docs/API.md has the JSON form of each WIT type). Prints the result\nvalue, and the plugin's log entries on stderr; with --json the whole result (end,\nerror, fuel, logs). --allow grants its outgoing HTTP (wovyr:host/http) a name and port. Exits 0 when the call ended\nok, 125 when the plugin trapped, 126 out of fuel, 124 past its deadline.")
 	argsJSON := fs.String("args", "{}", "the arguments as JSON")
 	jsonOut := fs.Bool("json", false, "print the whole result as JSON")
 	var allow multiFlag
