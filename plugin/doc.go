@@ -9,7 +9,8 @@
 // component's digest must be the manifest's; a trusted or internal plugin
 // needs a manifest signed (ed25519) by a key in the operator's trust store,
 // and any signature present must verify; the trust class's floor must
-// allow wasm strength (the host runs components in-process); the manifest's
+// allow wasm strength (the host runs components in-process) unless the
+// host runs such plugins out of process (Config.Isolated); the manifest's
 // limits may only lower the host's; every import of the component must be
 // granted by the manifest, or the load fails naming the first ungranted
 // interface; and the component must instantiate.
@@ -50,8 +51,10 @@
 //
 // What it refuses to do: resources, futures and streams in exported
 // signatures cannot be called through JSON yet (their functions are
-// listed, and calling one is bad-input); it hosts no plugin whose trust
-// class's floor is above wasm; and it keeps no state on disk except the
+// listed, and calling one is bad-input); it never instantiates a plugin
+// whose trust class's floor is above wasm (with Config.Isolated each call
+// of such a plugin runs in a sandbox at that floor, isolated.go; without,
+// it is refused); and it keeps no state on disk except the
 // sealed compiled components in Config.Dir (the daemon's store holds the
 // manifests, component bytes and key-value data).
 package plugin

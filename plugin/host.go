@@ -69,6 +69,14 @@ type Config struct {
 	FetchRoots *x509.CertPool
 	// FetchMaxBody caps a wovyr:host/http body each way. Zero means 1 MiB.
 	FetchMaxBody int64
+	// Isolated runs the calls of plugins whose trust class's floor is
+	// above wasm, each in a fresh sandbox at that floor, through the
+	// runner IsolatedArgv names inside it (isolated.go). Nil refuses such
+	// plugins at load with floor-unmet.
+	Isolated Runner
+	// IsolatedArgv is the runner's command inside those sandboxes, e.g.
+	// {"/.wovyr/wasm-exec", "component-exec"} (package oci's RunnerPath).
+	IsolatedArgv []string
 
 	// weak is the battery's positive controls' one weakened property
 	// (battery.go); never set outside them.
@@ -160,7 +168,8 @@ func (h *Host) Load(m *Manifest, wasm []byte) (*Info, error) {
 	if err := h.cfg.Trust.Check(m); err != nil && h.cfg.weak != weakNoSignatureCheck {
 		return nil, err
 	}
-	if f := h.cfg.Floors.Of(m.Trust); f > sandbox.Wasm {
+	isolated := h.cfg.Floors.Of(m.Trust) > sandbox.Wasm
+	if f := h.cfg.Floors.Of(m.Trust); isolated && h.cfg.Isolated == nil {
 		return nil, sandbox.Errorf(sandbox.FloorUnmet, "manifest.trust",
 			"%s plugins need %s strength or above; this node hosts plugins in-process at wasm strength", m.Trust, f)
 	}
@@ -176,7 +185,11 @@ func (h *Host) Load(m *Manifest, wasm []byte) (*Info, error) {
 		comp.Close()
 		return nil, err
 	}
-	if err := h.checkHostCaps(comp.Imports()); err != nil {
+	check := h.checkHostCaps
+	if isolated {
+		check = isolatedImports
+	}
+	if err := check(comp.Imports()); err != nil {
 		comp.Close()
 		return nil, err
 	}
@@ -185,12 +198,17 @@ func (h *Host) Load(m *Manifest, wasm []byte) (*Info, error) {
 	if len(comp.Imports()) > 0 {
 		p.linker = h.wasi
 	}
-	in, err := p.linker.Instantiate(comp, wasmcapi.Limits{Memory: lim.Memory})
-	if err != nil {
-		comp.Close()
-		return nil, sandbox.Wrap(sandbox.BadInput, err, "the component does not instantiate")
+	if isolated {
+		// Instantiating runs the component's start: never here.
+		p.wasm = wasm
+	} else {
+		in, err := p.linker.Instantiate(comp, wasmcapi.Limits{Memory: lim.Memory})
+		if err != nil {
+			comp.Close()
+			return nil, sandbox.Wrap(sandbox.BadInput, err, "the component does not instantiate")
+		}
+		in.Close()
 	}
-	in.Close()
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()

@@ -154,7 +154,7 @@ func (h *Host) fetch(ctx context.Context, args []wasmcapi.Val) (*wasmcapi.Val, e
 	case errors.Is(err, errProxyDenied):
 		return errMsg("denied", "the call's network policy does not allow "+target), nil
 	case err != nil:
-		return errMsg("failed", oneLineErr(err)), nil
+		return errMsg("failed", oneLine(err.Error())), nil
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusForbidden && resp.Header.Get(egress.DeniedHeader) != "" {
@@ -166,7 +166,7 @@ func (h *Host) fetch(ctx context.Context, args []wasmcapi.Val) (*wasmcapi.Val, e
 	case err != nil && ctx.Err() != nil:
 		return nil, fmt.Errorf("fetch %s: %w", target, ctx.Err())
 	case err != nil:
-		return errMsg("failed", oneLineErr(err)), nil
+		return errMsg("failed", oneLine(err.Error())), nil
 	case int64(len(body)) > max:
 		return errVal("too-large", &wasmcapi.Val{Kind: wasmcapi.KindU64, Uint: uint64(max)}), nil
 	}
@@ -233,9 +233,4 @@ func (h *Host) fetchRequest(ctx context.Context, rec wasmcapi.Val) (*http.Reques
 		req.Header.Add(p[0], p[1])
 	}
 	return req, ""
-}
-
-// oneLineErr is err's text on one line, for the guest.
-func oneLineErr(err error) string {
-	return strings.Join(strings.Fields(err.Error()), " ")
 }

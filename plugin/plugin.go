@@ -20,6 +20,7 @@ type Plugin struct {
 	limits   Limits
 	comp     *wasmcapi.Component
 	linker   *wasmcapi.Linker
+	wasm     []byte // the component, for a plugin run out of process (isolated.go); nil in-process
 
 	mu   sync.Mutex
 	refs int                             // the host's, and one per call in flight
@@ -159,6 +160,9 @@ func (h *Host) Call(ctx context.Context, tenant, name, fn string, args json.RawM
 	}
 	if err := p.checkNetwork(opts); err != nil {
 		return nil, err
+	}
+	if p.wasm != nil {
+		return p.callIsolated(ctx, tenant, f, args)
 	}
 	in, fresh, err := p.take(tenant)
 	if err != nil {

@@ -24,7 +24,7 @@ import (
 // limits, rlimits, namespaces, seccomp, gVisor — is the sandbox's as for a
 // command.
 const (
-	runnerPath = "/.wovyr/wasm-exec"
+	runnerPath = RunnerPath
 	jobDir     = "/.wovyr/job" // owned by the sandbox's root; the module and the runner's report
 	moduleName = "module.wasm"
 	reportName = "report.json"
@@ -38,6 +38,11 @@ const (
 	// agent's deadline kills it.
 	runnerGrace = time.Second
 )
+
+// RunnerPath is where every sandbox of a backend with a wasm runner has
+// it (the static wovyr: `wasm-exec`, and `component-exec` for plugins run
+// out of process).
+const RunnerPath = "/.wovyr/wasm-exec"
 
 // wasmMountPoints creates the runner's mount point and the job directory in
 // the merged root, through an os.Root (the template is hostile input).

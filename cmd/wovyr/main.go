@@ -36,6 +36,7 @@ func commands() []command {
 		{"version", "print the version", versionMain},
 		{"wasm-exec", "run one WASI module as this process (the runner inside stronger sandboxes)", wasmExecMain},
 		{"wasm-worker", "internal: the wasm backend's worker process (started by wovyr itself)", wasmWorkerMain},
+		{"component-exec", "call one function of a WebAssembly component as this process (the plugin runner inside stronger sandboxes)", componentExecMain},
 	}
 }
 

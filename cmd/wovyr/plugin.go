@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/wovyr/wovyr/backend/oci"
 	"github.com/wovyr/wovyr/client"
 	"github.com/wovyr/wovyr/config"
 	"github.com/wovyr/wovyr/egress"
@@ -18,7 +19,11 @@ import (
 // under the state dir, the operator's trust keys, the configured limits,
 // plugins' key-value data in the store, and their outgoing HTTP through the
 // daemon's egress service (none without one).
-func newPluginHost(cfg config.Plugins, stateDir string, st *store.Store, network *egress.Service, log *slog.Logger) (*plugin.Host, error) {
+//
+// With isolated (the node's manager), plugins of a trust class above wasm
+// run out of process: each call in a sandbox at their floor, through the
+// runner every OCI sandbox holds.
+func newPluginHost(cfg config.Plugins, stateDir string, st *store.Store, network *egress.Service, isolated plugin.Runner, log *slog.Logger) (*plugin.Host, error) {
 	keys, err := cfg.Keys()
 	if err != nil {
 		return nil, err
@@ -28,7 +33,8 @@ func newPluginHost(cfg config.Plugins, stateDir string, st *store.Store, network
 		return nil, err
 	}
 	return plugin.NewHost(plugin.Config{Dir: filepath.Join(stateDir, "plugins"), Trust: ts, Log: log,
-		Limits: plugin.Limits{Fuel: cfg.Fuel, Memory: cfg.Memory, WallMS: cfg.WallMS}, KV: st, Egress: network})
+		Limits: plugin.Limits{Fuel: cfg.Fuel, Memory: cfg.Memory, WallMS: cfg.WallMS}, KV: st, Egress: network,
+		Isolated: isolated, IsolatedArgv: []string{oci.RunnerPath, "component-exec"}})
 }
 
 // startAnywhere is sessionCtx.start for commands written with flags after

@@ -111,7 +111,7 @@ func pluginDaemon(t *testing.T, name string, wasm []byte) (run func(token string
 	t.Helper()
 	key := ed25519.NewKeyFromSeed([]byte("wovyr cli plugin test key, 32 b."))
 	cfg := config.Plugins{TrustKeys: map[string]string{"ops": base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))}}
-	host, err := newPluginHost(cfg, t.TempDir(), nil, nil, slog.New(slog.DiscardHandler))
+	host, err := newPluginHost(cfg, t.TempDir(), nil, nil, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/wovyr/wovyr/config"
 	"github.com/wovyr/wovyr/egress"
 	"github.com/wovyr/wovyr/manager"
+	"github.com/wovyr/wovyr/plugin"
 	"github.com/wovyr/wovyr/server"
 	"github.com/wovyr/wovyr/store"
 )
@@ -113,7 +114,11 @@ func (c *serveCmd) run(ctx context.Context, g *globals) error {
 		return err
 	}
 	defer leave()
-	plugins, err := newPluginHost(cfg.Plugins, g.stateDir, st, network, log)
+	var isolated plugin.Runner // out-of-process plugins need the runner in OCI sandboxes
+	if wasmRunner() != "" {
+		isolated = n.mgr
+	}
+	plugins, err := newPluginHost(cfg.Plugins, g.stateDir, st, network, isolated, log)
 	if err != nil {
 		return err
 	}

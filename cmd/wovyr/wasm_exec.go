@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/wovyr/wovyr/backend/wasm"
+	"github.com/wovyr/wovyr/plugin"
 )
 
 // wasmExecMain is `wovyr wasm-exec`: run one WASI module as this process
@@ -35,4 +36,11 @@ func wasmWorker() ([]string, error) {
 		return nil, fmt.Errorf("wasm worker: %w", err)
 	}
 	return []string{exe, "wasm-worker"}, nil
+}
+
+// componentExecMain is `wovyr component-exec`: the plugin runner. The
+// daemon's plugin host runs it inside a sandbox at the floor of a plugin
+// whose trust class is above wasm (plugin.ExecMain).
+func componentExecMain(ctx context.Context, g *globals, args []string) int {
+	return plugin.ExecMain(ctx, args, os.Stdin, os.Stdout, os.Stderr)
 }

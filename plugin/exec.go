@@ -1,0 +1,101 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// Exit codes of ExecMain.
+const (
+	execOK       = 0 // the call ran; stdout holds its Result, whatever its end
+	execRefused  = 2 // usage, or a component, grant or argument refused
+	execInternal = 3 // the runner itself failed
+)
+
+// maxExecArgs bounds the JSON arguments the runner reads from stdin.
+const maxExecArgs = 8 << 20
+
+// ExecMain is `wovyr component-exec`, the plugin runner inside a sandbox:
+// it calls one function of the component at the path in args with the
+// JSON arguments on stdin, through this package's own host (the same
+// grants, limits and value mapping as in-process, at wasm strength inside
+// whatever sandbox it runs in), and writes the call's Result as JSON to
+// stdout. The host that started it has checked the manifest; the runner
+// checks the grants again.
+func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("component-exec", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fn := fs.String("func", "", "the exported function to call")
+	fuel := fs.Uint64("fuel", 0, "fuel for the call (0: the host default)")
+	memory := fs.Int64("memory", 0, "linear memory bytes (0: the host default)")
+	wall := fs.Duration("wall", 0, "the call's deadline (0: the host default)")
+	var grants multi
+	fs.Var(&grants, "grant", "an interface the component may import (repeatable)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: wovyr component-exec -func NAME [-grant IFACE]... [-fuel N] [-memory BYTES] [-wall D] COMPONENT < ARGS_JSON")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil || fs.NArg() != 1 || *fn == "" {
+		if err == nil {
+			fs.Usage()
+		}
+		return execRefused
+	}
+	fail := func(code int, err error) int {
+		fmt.Fprintln(stderr, "wovyr component-exec:", err)
+		return code
+	}
+	wasm, err := os.ReadFile(fs.Arg(0))
+	if err != nil {
+		return fail(execRefused, err)
+	}
+	in, err := io.ReadAll(io.LimitReader(stdin, maxExecArgs+1))
+	if err != nil || len(in) > maxExecArgs {
+		return fail(execRefused, fmt.Errorf("arguments: %d bytes or more (at most %d): %v", len(in), maxExecArgs, err))
+	}
+	// Inside the sandbox this process is the boundary's inner side: its
+	// host runs any class in-process.
+	floors, err := sandbox.Floors{}.WithFloor(sandbox.Untrusted, sandbox.Wasm, true)
+	if err == nil {
+		floors, err = floors.WithFloor(sandbox.Hostile, sandbox.Wasm, true)
+	}
+	if err != nil {
+		return fail(execInternal, err)
+	}
+	lim := Limits{Fuel: *fuel, Memory: *memory, WallMS: wall.Milliseconds()}
+	h, err := NewHost(Config{Floors: floors, Limits: lim, Slots: 2, MaxIdle: 1, EpochTick: time.Millisecond})
+	if err != nil {
+		return fail(execInternal, err)
+	}
+	defer h.Close()
+	m := &Manifest{Name: "plugin", Component: Digest(wasm), Trust: sandbox.Untrusted, Capabilities: grants}
+	if _, err := h.Load(m, wasm); err != nil {
+		return fail(execRefused, err)
+	}
+	r, err := h.Call(ctx, "runner", "plugin", *fn, json.RawMessage(in), CallOptions{})
+	var se *sandbox.Error
+	switch {
+	case errors.As(err, &se) && se.Class == sandbox.BadInput:
+		return fail(execRefused, err)
+	case err != nil:
+		return fail(execInternal, err)
+	}
+	if err := json.NewEncoder(stdout).Encode(r); err != nil {
+		return fail(execInternal, err)
+	}
+	return execOK
+}
+
+type multi []string
+
+func (m *multi) String() string     { return strings.Join(*m, ",") }
+func (m *multi) Set(v string) error { *m = append(*m, v); return nil }

@@ -1,0 +1,71 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/wovyr/wovyr/sandbox"
+)
+
+// answer is a Runner that records the invocation and answers with stdout.
+type answer struct {
+	inv    *sandbox.Invocation
+	stdout string
+}
+
+func (a *answer) Run(_ context.Context, inv *sandbox.Invocation) (*sandbox.Result, error) {
+	a.inv = inv
+	return &sandbox.Result{ID: "inv-1", Backend: "gvisor", Class: sandbox.OK, Stdout: []byte(a.stdout)}, nil
+}
+
+// TestIsolatedCalls: an untrusted plugin's call becomes an invocation of
+// the runner at the plugin's trust (the component as a read-only file,
+// the arguments on stdin, the limits as flags), and of the runner's answer
+// only a value of the function's result type gets out. kv and http are
+// refused at load for such plugins; log is not.
+func TestIsolatedCalls(t *testing.T) {
+	run := &answer{stdout: `{"value": 42, "end": "ok", "fuel_used": 2}`}
+	h := newHost(t, Config{Dir: t.TempDir(), Isolated: run, IsolatedArgv: []string{"/runner", "component-exec"}})
+	calc := component(t, "calc")
+	m := &Manifest{Name: "calc", Component: Digest(calc), Trust: sandbox.Untrusted, Limits: Limits{Fuel: 1000, Memory: 1 << 20, WallMS: 500}}
+	if _, err := h.Load(m, calc); err != nil {
+		t.Fatal(err)
+	}
+	r := call(t, h, "acme", "calc", "add", `{"a": 40, "b": 2}`)
+	if string(r.Value) != "42" || r.End != "ok" || !r.Fresh || r.Invocation != "inv-1" {
+		t.Errorf("result %+v", r)
+	}
+	w := run.inv.Workload
+	want := []string{"/runner", "component-exec", "-func", "add", "-fuel", "1000", "-memory", "1048576", "-wall", "500ms", "component.wasm"}
+	if !reflect.DeepEqual(w.Argv, want) || string(w.Stdin) != `{"a": 40, "b": 2}` || run.inv.Policy.Trust != sandbox.Untrusted ||
+		len(w.Files) != 1 || w.Files[0].Mode != 0o444 || string(w.Files[0].Data) != string(calc) || run.inv.Tenant != "acme" {
+		t.Errorf("invocation %+v", run.inv)
+	}
+	for _, bad := range []string{`{"value": "42", "end": "ok"}`, `{"value": 4294967296, "end": "ok"}`, `not json`} {
+		run.stdout = bad
+		_, err := h.Call(context.Background(), "acme", "calc", "add", json.RawMessage(`[1, 2]`), CallOptions{})
+		if sandbox.ClassOf(err) != sandbox.BackendFailure {
+			t.Errorf("answer %s: %v", bad, err)
+		}
+	}
+	run.stdout = `{"value": null, "end": "trap", "error": "boom"}`
+	if r := call(t, h, "acme", "calc", "crash", ``); r.End != "trap" || r.Error != "boom" {
+		t.Errorf("trap: %+v", r)
+	}
+	for _, c := range []struct {
+		imports []string
+		refused string
+	}{
+		{[]string{"wasi:random/random@0.2.0", "wovyr:host/log@0.1.0"}, ""},
+		{[]string{"wovyr:host/kv@0.1.0"}, "wovyr:host/kv@0.1.0"},
+		{[]string{"wovyr:host/http@0.1.0"}, "wovyr:host/http@0.1.0"},
+	} {
+		err := isolatedImports(c.imports)
+		if (c.refused == "") != (err == nil) || (err != nil && (sandbox.ClassOf(err) != sandbox.Unenforceable || !strings.Contains(err.Error(), c.refused))) {
+			t.Errorf("%v: %v", c.imports, err)
+		}
+	}
+}
