@@ -151,10 +151,32 @@ func runBounded(ctx context.Context, cmd *exec.Cmd) error {
 // destroy kills and deletes container id, tolerating "does not exist".
 func (d *driver) destroy(ctx context.Context, id string) error {
 	err := d.run(ctx, 10*time.Second, "delete", "--force", id)
+	d.dropStaleLocks(id)
 	if err != nil && !d.exists(id) {
 		return nil
 	}
 	return err
+}
+
+// dropStaleLocks removes id's lock files once none of its state is left:
+// runsc's delete can lose the race to remove its
+// "<id>_sandbox:<id>.lock" against another runsc call that held the lock
+// (a state query), and a lock guards nothing without its state.
+func (d *driver) dropStaleLocks(id string) {
+	ents, _ := os.ReadDir(d.root)
+	var locks []string
+	for _, e := range ents {
+		switch n := e.Name(); {
+		case !strings.Contains(n, id):
+		case strings.HasSuffix(n, ".lock"):
+			locks = append(locks, filepath.Join(d.root, n))
+		default:
+			return // state remains: its lock is in use
+		}
+	}
+	for _, l := range locks {
+		_ = os.Remove(l)
+	}
 }
 
 // exists reports whether the runtime still has state for id.
