@@ -114,27 +114,32 @@ func (n *Node) take(ctx context.Context, ex Executor, m jetstream.Msg) {
 		_ = m.Term()
 		return
 	}
-	pl, _ := json.Marshal(placement{Node: n.o.Name, Region: n.o.Region, Tenant: inv.Tenant,
-		SpecDigest: store.Digest(&inv), Created: time.Now()})
-	if _, err := n.places.Create(ctx, inv.ID, pl); err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			n.log.Warn("cluster: dispatch already taken", "id", inv.ID)
-			_ = m.Ack()
-			return
-		}
+	retried := h.Get(hdrAttempt) == "2"
+	claimed, err := n.claim(ctx, &inv, retried)
+	if err != nil {
 		// NATS trouble: leave it for redelivery (to us or another node).
 		n.log.Warn("cluster: claim", "id", inv.ID, "error", err)
 		_ = m.Nak()
 		return
 	}
+	if !claimed {
+		n.log.Warn("cluster: dispatch already taken", "id", inv.ID, "retry", retried)
+		_ = m.Ack()
+		return
+	}
 	rec, err := ex.Accept(ctx, &inv)
 	var a answer
-	if err != nil {
+	switch {
+	case err != nil && retried:
+		// Its retry refused here: it ends lost, as without one.
+		_, _ = n.markLost(context.WithoutCancel(ctx), inv.ID, n.o.Name, "node-lost: its first node stopped answering while it ran; its retry was refused: "+sandbox.Public(err))
+		a = answer{Code: sandbox.ClassOf(err), Message: sandbox.Public(err), Field: sandbox.FieldOf(err)}
+	case err != nil:
 		// Refused here (floor-unmet, rate-limited, …): nothing recorded,
 		// the claim goes, the API node hears why.
 		_ = n.places.Delete(context.WithoutCancel(ctx), inv.ID)
 		a = answer{Code: sandbox.ClassOf(err), Message: sandbox.Public(err), Field: sandbox.FieldOf(err)}
-	} else {
+	default:
 		a.Record = &rec
 	}
 	if b, err := json.Marshal(a); err == nil && reply != "" {
@@ -145,6 +150,22 @@ func (n *Node) take(ctx context.Context, ex Executor, m jetstream.Msg) {
 	if err := m.Ack(); err != nil {
 		n.log.Warn("cluster: ack", "id", inv.ID, "error", err)
 	}
+}
+
+// claim makes this node inv's holder: a new placement (create-only, so a
+// redelivered message is not run twice), or, for a retry, the placement
+// its retry left without a node (retry.go). false: another node has it.
+func (n *Node) claim(ctx context.Context, inv *sandbox.Invocation, retried bool) (bool, error) {
+	if retried {
+		return n.claimRetry(ctx, inv.ID)
+	}
+	pl, _ := json.Marshal(placement{Node: n.o.Name, Region: n.o.Region, Tenant: inv.Tenant,
+		SpecDigest: store.Digest(inv), Created: time.Now(), Spec: retrySpec(inv)})
+	_, err := n.places.Create(ctx, inv.ID, pl)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // answerGet answers a get request for a record this node holds.
@@ -184,10 +205,24 @@ func (n *Node) respond(m *nats.Msg, a answer) {
 // answer (its durable record or its typed refusal); then, with wait, for
 // the record to end.
 func (n *Node) Dispatch(ctx context.Context, region string, inv *sandbox.Invocation, wait time.Duration) (store.Invocation, error) {
-	var none store.Invocation
 	if inv.Resources.GPU > 0 {
-		return none, sandbox.Errorf(sandbox.FloorUnmet, "resources.gpu", "GPU work runs only on a node of the region that accepts it; it is not dispatched to region %s", region)
+		return store.Invocation{}, sandbox.Errorf(sandbox.FloorUnmet, "resources.gpu", "GPU work runs only on a node of the region that accepts it; it is not dispatched to region %s", region)
 	}
+	rec, err := n.publish(ctx, region, inv, 1)
+	if err != nil || wait <= 0 || rec.State.Terminal() {
+		return rec, err
+	}
+	got, err := n.ask(ctx, rec.Node, getRequest{Tenant: inv.Tenant, ID: inv.ID, Wait: wait})
+	if err != nil {
+		return rec, nil // accepted: the caller polls
+	}
+	return got, nil
+}
+
+// publish puts attempt (1, or 2 for a retry) of inv on region's stream
+// and waits for a node's answer: its durable record, or its refusal.
+func (n *Node) publish(ctx context.Context, region string, inv *sandbox.Invocation, attempt int) (store.Invocation, error) {
+	var none store.Invocation
 	backend, err := n.pick(region, inv)
 	if err != nil {
 		return none, err
@@ -211,7 +246,11 @@ func (n *Node) Dispatch(ctx context.Context, region string, inv *sandbox.Invocat
 	msg.Header.Set(hdrReply, inbox)
 	msg.Header.Set(hdrDeadline, strconv.FormatInt(by.UnixNano(), 10))
 	msg.Header.Set(hdrFrom, n.o.Name)
-	msg.Header.Set(jetstream.MsgIDHeader, inv.ID) // a retried publish is one message
+	msg.Header.Set(jetstream.MsgIDHeader, inv.ID) // a repeated publish is one message
+	if attempt > 1 {
+		msg.Header.Set(jetstream.MsgIDHeader, inv.ID+"#"+strconv.Itoa(attempt))
+		msg.Header.Set(hdrAttempt, strconv.Itoa(attempt))
+	}
 	pctx, cancel := context.WithTimeout(ctx, n.o.AcceptTimeout)
 	defer cancel()
 	ack, err := n.js.PublishMsg(pctx, msg)
@@ -236,15 +275,7 @@ func (n *Node) Dispatch(ctx context.Context, region string, inv *sandbox.Invocat
 	if a.Record == nil {
 		return none, answerError(a)
 	}
-	rec := *a.Record
-	if wait <= 0 || rec.State.Terminal() {
-		return rec, nil
-	}
-	got, err := n.ask(ctx, rec.Node, getRequest{Tenant: inv.Tenant, ID: inv.ID, Wait: wait})
-	if err != nil {
-		return rec, nil // accepted: the caller polls
-	}
-	return got, nil
+	return *a.Record, nil
 }
 
 // pick is the backend a dispatch goes to: the weakest at or above the

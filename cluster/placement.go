@@ -26,6 +26,15 @@ type placement struct {
 	// answering before it ended. Final: once set, every node answers lost.
 	Lost   string    `json:"lost,omitempty"`
 	LostAt time.Time `json:"lost_at,omitzero"`
+	// Spec is the invocation itself, kept for an idempotent one so that a
+	// node of its region can run it again if its node is lost (retry.go).
+	Spec json.RawMessage `json:"spec,omitempty"`
+	// Attempt is 2 once the cluster retried it (it does so once), after
+	// the first attempt was lost with node FirstNode; Node is empty while
+	// the retry waits for a taker.
+	Attempt   int       `json:"attempt,omitempty"`
+	FirstNode string    `json:"first_node,omitempty"`
+	RetriedAt time.Time `json:"retried_at,omitzero"`
 }
 
 // lostReason is a placement's Lost for a node that left mid-invocation.
@@ -33,12 +42,14 @@ func lostReason(node string) string {
 	return "node-lost: node " + node + " stopped answering while it ran"
 }
 
-// Placed records that this node holds rec (a local submit).
-func (n *Node) Placed(ctx context.Context, rec store.Invocation) error {
-	pl, _ := json.Marshal(placement{Node: n.o.Name, Region: n.o.Region, Tenant: rec.Tenant, SpecDigest: rec.SpecDigest, Created: rec.Created})
+// Placed records that this node holds inv's record, created then (a
+// local submit).
+func (n *Node) Placed(ctx context.Context, inv *sandbox.Invocation, created time.Time) error {
+	pl, _ := json.Marshal(placement{Node: n.o.Name, Region: n.o.Region, Tenant: inv.Tenant, SpecDigest: store.Digest(inv),
+		Created: created, Spec: retrySpec(inv)})
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	_, err := n.places.Create(ctx, rec.ID, pl)
+	_, err := n.places.Create(ctx, inv.ID, pl)
 	return err
 }
 
@@ -71,6 +82,9 @@ func (n *Node) Get(ctx context.Context, tenant, id string, wait time.Duration) (
 	if pl.Lost != "" {
 		return lostRecord(id, pl), nil
 	}
+	if pl.Node == "" {
+		return n.retryPending(ctx, id, pl)
+	}
 	rec, err := n.ask(ctx, pl.Node, getRequest{Tenant: tenant, ID: id, Wait: wait})
 	if err == nil || errors.Is(err, store.ErrNotFound) || n.isLive(pl.Node) {
 		return rec, err
@@ -78,21 +92,30 @@ func (n *Node) Get(ctx context.Context, tenant, id string, wait time.Duration) (
 	if pl.State.Terminal() {
 		return store.Invocation{}, sandbox.Errorf(unavailable, "", "invocation %s ended (%s) on node %s, which is not live now; its record is there", id, pl.State, pl.Node)
 	}
+	if pl.Spec != nil && pl.Attempt == 0 {
+		return n.retry(ctx, id, pl)
+	}
+	return n.markLost(ctx, id, pl.Node, lostReason(pl.Node))
+}
+
+// markLost gives id up for good (unless its holder recorded its end
+// first) and returns the lost record every node answers from now on.
+func (n *Node) markLost(ctx context.Context, id, holder, reason string) (store.Invocation, error) {
 	var lost placement
-	err = n.updatePlacement(ctx, id, func(p *placement) bool {
+	err := n.updatePlacement(ctx, id, func(p *placement) bool {
 		if p.Lost == "" && !p.State.Terminal() {
-			p.Lost, p.LostAt = lostReason(p.Node), time.Now()
+			p.Lost, p.LostAt = reason, time.Now()
 		}
 		lost = *p
 		return true
 	})
 	if err != nil {
-		return store.Invocation{}, sandbox.Wrap(unavailable, err, "node %s, which holds the record, is gone", pl.Node)
+		return store.Invocation{}, sandbox.Wrap(unavailable, err, "node %s, which holds the record, is gone", holder)
 	}
 	if lost.Lost == "" {
 		return store.Invocation{}, sandbox.Errorf(unavailable, "", "invocation %s ended (%s) on node %s, which is not live now; its record is there", id, lost.State, lost.Node)
 	}
-	n.log.Warn("invocation lost with its node", "id", id, "tenant", tenant, "holder", pl.Node)
+	n.log.Warn("invocation lost", "id", id, "tenant", lost.Tenant, "holder", holder, "reason", lost.Lost)
 	return lostRecord(id, lost), nil
 }
 
@@ -108,9 +131,13 @@ func (n *Node) isLive(node string) bool {
 // lostRecord is the record every node answers for an invocation the
 // cluster lost with its node.
 func lostRecord(id string, pl placement) store.Invocation {
+	node := pl.Node
+	if node == "" { // its retry found no taker: it was last where it was lost
+		node = pl.FirstNode
+	}
 	return store.Invocation{ID: id, Tenant: pl.Tenant, SpecDigest: pl.SpecDigest, State: store.Lost,
 		Transitions: []store.Transition{{State: store.Queued, At: pl.Created}, {State: store.Lost, At: pl.LostAt}},
-		Created:     pl.Created, Where: store.Where{Region: pl.Region, Node: pl.Node},
+		Created:     pl.Created, Where: store.Where{Region: pl.Region, Node: node},
 		Result: &sandbox.Result{ID: id, ExitCode: -1, Class: sandbox.Lost, Error: pl.Lost}}
 }
 

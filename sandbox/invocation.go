@@ -65,6 +65,12 @@ type Invocation struct {
 	Limits    Limits    `json:"limits"`
 	Policy    Policy    `json:"policy"`
 	Resources Resources `json:"resources"`
+	// Idempotent says the caller accepts that the invocation may run
+	// again: in a cluster, if the node running it is lost mid-run, it is
+	// retried once on another node of its region (without it, it ends
+	// lost). At most MaxIdempotentBytes of module, stdin and files, which
+	// the cluster keeps for the retry.
+	Idempotent bool `json:"idempotent,omitempty"`
 	// GPUs are the devices the scheduler assigned (set by wovyr after
 	// placement, never by the client; nil without a GPU). A backend
 	// exposes exactly these and nothing else; the workload's and image's
@@ -282,7 +288,22 @@ func (inv *Invocation) Validate() error {
 	if inv.Resources.Negative() {
 		return Errorf(BadInput, "resources", "resources must not be negative: %s", inv.Resources)
 	}
+	if n := inv.Workload.payload(); inv.Idempotent && n > MaxIdempotentBytes {
+		return Errorf(BadInput, "idempotent", "an idempotent invocation carries at most %d bytes of module, stdin and files (kept for its retry), this one %d", MaxIdempotentBytes, n)
+	}
 	return nil
+}
+
+// MaxIdempotentBytes bounds what an idempotent invocation carries.
+const MaxIdempotentBytes = 256 << 10
+
+// payload is the bytes the workload carries besides its argv.
+func (w *Workload) payload() int {
+	n := len(w.Module) + len(w.Stdin)
+	for _, f := range w.Files {
+		n += len(f.Data)
+	}
+	return n
 }
 
 func (w *Workload) validate() error {

@@ -52,6 +52,9 @@ func TestValidateRejectsBadInputWithField(t *testing.T) {
 		{"policy.trust", func(i *Invocation) { i.Policy.Trust = 0 }},
 		{"policy.floor", func(i *Invocation) { i.Policy.Floor = 9 }},
 		{"resources", func(i *Invocation) { i.Resources.Vector = resource.Vector{CPUMillis: -1} }},
+		{"idempotent", func(i *Invocation) {
+			i.Idempotent, i.Workload.Files = true, []File{{Path: "a", Data: make([]byte, MaxIdempotentBytes/2+1)}, {Path: "b", Data: make([]byte, MaxIdempotentBytes/2)}}
+		}},
 		{"policy.network.allow[0].cidr", func(i *Invocation) {
 			i.Policy.Network.Allow = []netpolicy.Rule{{CIDR: "10.0.0.1/8", Ports: []uint16{443}}}
 		}},

@@ -33,9 +33,10 @@ type Cluster interface {
 	// waiting up to wait for it to end; store.ErrNotFound if no node
 	// holds it for that tenant.
 	Get(ctx context.Context, tenant, id string, wait time.Duration) (store.Invocation, error)
-	// Placed tells the cluster that this node holds rec (a local
-	// submit), so that the other nodes can answer GET for it.
-	Placed(ctx context.Context, rec store.Invocation) error
+	// Placed tells the cluster that this node holds inv's record, created
+	// then (a local submit), so that the other nodes can answer GET for it
+	// (and retry it, if it is idempotent and this node is lost).
+	Placed(ctx context.Context, inv *sandbox.Invocation, created time.Time) error
 	// Cancel cancels the tenant's record id on the node that holds it and
 	// returns its ended record; store.ErrNotFound if no node holds it for
 	// that tenant, that node's Conflict if it had already ended.

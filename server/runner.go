@@ -65,8 +65,7 @@ func (s *Server) submit(ctx context.Context, t *tenant, inv *sandbox.Invocation,
 		// finds it, and before it runs, so that its end is recorded after
 		// it. A NATS failure does not fail the invocation: this node
 		// answers for it still.
-		rec := store.Invocation{ID: inv.ID, Tenant: inv.Tenant, SpecDigest: store.Digest(inv), Created: j.accepted}
-		if err := s.cluster.Placed(ctx, rec); err != nil {
+		if err := s.cluster.Placed(ctx, inv, j.accepted); err != nil {
 			s.log.Warn("cluster placement", "id", inv.ID, "error", err)
 		}
 	}

@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -81,8 +83,12 @@ func twoRegions(t *testing.T) (wovyr string, state func(prefix string) string, c
 		}
 		os.Chmod(dir, 0o711)
 		t.Cleanup(func() { os.RemoveAll(dir) })
-		if out, err := exec.Command(wovyr, "--state-dir", dir, "--guest", guest, "certify", "--backend", "native").CombinedOutput(); err != nil {
-			t.Fatalf("certify: %v\n%s", err, out)
+		certifiedOnce.Do(func() { certified, certifiedErr = certifyNative(wovyr, guest) })
+		if certifiedErr != nil {
+			t.Fatal(certifiedErr)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "wovyr.db"), certified, 0o600); err != nil {
+			t.Fatal(err)
 		}
 		return dir
 	}
@@ -92,6 +98,28 @@ func twoRegions(t *testing.T) (wovyr string, state func(prefix string) string, c
 			"tenants": [{"name": "acme", "token_sha256": [%q]}]}`, region, node, nats, config.HashToken("acme-token"))
 	}
 	return wovyr, state, conf, freePort(t)
+}
+
+// A store in which native is certified, made once for the package's
+// cluster tests: a certification takes 27 s, and every node's state dir
+// starts from a copy of it.
+var (
+	certifiedOnce sync.Once
+	certified     []byte
+	certifiedErr  error
+)
+
+func certifyNative(wovyr, guest string) ([]byte, error) {
+	dir, err := os.MkdirTemp("", "wovyr-certified-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o711)
+	if out, err := exec.Command(wovyr, "--state-dir", dir, "--guest", guest, "certify", "--backend", "native").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("certify: %v\n%s", err, out)
+	}
+	return os.ReadFile(filepath.Join(dir, "wovyr.db"))
 }
 
 // TestServeRefusesABadResidencyPolicy: a policy that does not compile
@@ -205,5 +233,69 @@ func TestServeNodeKilledMidInvocation(t *testing.T) {
 	}
 	if len(pidsOf(pattern)) != 0 {
 		t.Fatal("the lost invocation's process survived")
+	}
+}
+
+// TestServeIdempotentRetry: an idempotent invocation whose node is
+// SIGKILLed mid-run runs again, once, on the other node of its region, and
+// ends there with its output; any node answers that record.
+func TestServeIdempotentRetry(t *testing.T) {
+	wovyr, state, conf, natsPort := twoRegions(t)
+	beat := `, "heartbeat": "200ms"}`
+	eu := startDaemonConfig(t, wovyr, state("wovyr-eu-test-"), conf("eu-1", "eu-west", fmt.Sprintf(`{"listen": "127.0.0.1:%d"`+beat, natsPort)))
+	us := map[string]*daemon{}
+	for _, name := range []string{"us-1", "us-2"} {
+		us[name] = startDaemonConfig(t, wovyr, state("wovyr-"+name+"-test-"), conf(name, "us-east", fmt.Sprintf(`{"url": "nats://127.0.0.1:%d"`+beat, natsPort)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	euc := client.New(eu.url, "acme-token", nil)
+	secs := fmt.Sprintf("3.%d", time.Now().UnixNano()%1000000)
+	t.Cleanup(func() {
+		for _, pid := range pidsOf("sleep\x00" + secs + "\x00") {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	inv := &sandbox.Invocation{Idempotent: true,
+		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: []string{"/bin/sh", "-c", "sleep " + secs + "; echo done"}},
+		Policy:   sandbox.Policy{Trust: sandbox.Trusted, Residency: sandbox.Residency{Regions: []string{"us-east"}}}}
+	// Both us nodes are live once each has answered a dispatch.
+	seen := map[string]bool{}
+	for len(seen) < 2 && ctx.Err() == nil {
+		probe := &sandbox.Invocation{Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: []string{"/bin/true"}}, Policy: inv.Policy}
+		if rec, err := euc.Submit(ctx, probe, 30*time.Second); err == nil {
+			seen[rec.Node] = true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	first, err := euc.Submit(ctx, inv, 0)
+	if err != nil || us[first.Node] == nil {
+		t.Fatalf("dispatched: %+v %v", first, err)
+	}
+	for ctx.Err() == nil {
+		if rec, err := euc.Get(ctx, first.ID, 0); err == nil && rec.State == client.StateRunning {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	killed := us[first.Node]
+	killed.cmd.Process.Signal(syscall.SIGKILL)
+	<-killed.done
+	other := map[string]string{"us-1": "us-2", "us-2": "us-1"}[first.Node]
+
+	var rec *client.Invocation
+	for ctx.Err() == nil {
+		rec, err = euc.Get(ctx, first.ID, 10*time.Second)
+		if err == nil && (rec.State == client.StateDone || rec.State == client.StateFailed || rec.State == client.StateLost) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil || rec.State != client.StateDone || rec.Node != other || rec.Region != "us-east" || string(rec.Result.Stdout) != "done\n" {
+		t.Fatalf("after %s was killed: %+v %v\n%s", first.Node, rec, err, eu.log)
+	}
+	usc := client.New(us[other].url, "acme-token", nil)
+	if got, err := usc.Get(ctx, first.ID, 0); err != nil || got.Node != other || got.State != client.StateDone {
+		t.Fatalf("on %s: %+v %v", other, got, err)
 	}
 }
