@@ -25,7 +25,10 @@ type Plugin struct {
 	Trust        sandbox.TrustClass `json:"trust"`
 	Capabilities []string           `json:"capabilities"`
 	Imports      []string           `json:"imports"`
-	Functions    []PluginFunction   `json:"functions"`
+	// Isolated says its calls run out of process, each in a fresh sandbox
+	// at its trust class's floor.
+	Isolated  bool             `json:"isolated,omitempty"`
+	Functions []PluginFunction `json:"functions"`
 	// Limits are each call's fuel, memory (bytes) and wall_ms.
 	Limits   map[string]int64 `json:"limits"`
 	SignedBy string           `json:"signed_by,omitempty"`

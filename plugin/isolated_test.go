@@ -31,8 +31,8 @@ func TestIsolatedCalls(t *testing.T) {
 	h := newHost(t, Config{Dir: t.TempDir(), Isolated: run, IsolatedArgv: []string{"/runner", "component-exec"}})
 	calc := component(t, "calc")
 	m := &Manifest{Name: "calc", Component: Digest(calc), Trust: sandbox.Untrusted, Limits: Limits{Fuel: 1000, Memory: 1 << 20, WallMS: 500}}
-	if _, err := h.Load(m, calc); err != nil {
-		t.Fatal(err)
+	if info, err := h.Load(m, calc); err != nil || !info.Isolated {
+		t.Fatalf("%+v %v", info, err)
 	}
 	r := call(t, h, "acme", "calc", "add", `{"a": 40, "b": 2}`)
 	if string(r.Value) != "42" || r.End != "ok" || !r.Fresh || r.Invocation != "inv-1" {

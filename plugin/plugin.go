@@ -34,9 +34,12 @@ type Info struct {
 	Trust        sandbox.TrustClass `json:"trust"`
 	Capabilities []string           `json:"capabilities"`
 	Imports      []string           `json:"imports"`
-	Functions    []Function         `json:"functions"`
-	Limits       Limits             `json:"limits"`
-	SignedBy     string             `json:"signed_by,omitempty"`
+	// Isolated says its calls run out of process, each in a fresh sandbox
+	// at its trust class's floor (isolated.go).
+	Isolated  bool       `json:"isolated,omitempty"`
+	Functions []Function `json:"functions"`
+	Limits    Limits     `json:"limits"`
+	SignedBy  string     `json:"signed_by,omitempty"`
 }
 
 // Function is an exported function and its WIT signature.
@@ -47,7 +50,8 @@ type Function struct {
 
 func (p *Plugin) info() *Info {
 	in := &Info{Name: p.manifest.Name, Component: p.manifest.Component, Trust: p.manifest.Trust,
-		Capabilities: append([]string{}, p.manifest.Capabilities...), Imports: p.comp.Imports(), Limits: p.limits}
+		Capabilities: append([]string{}, p.manifest.Capabilities...), Imports: p.comp.Imports(), Limits: p.limits,
+		Isolated: p.wasm != nil}
 	if in.Imports == nil {
 		in.Imports = []string{}
 	}
