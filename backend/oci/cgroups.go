@@ -104,8 +104,8 @@ func treeProcs(rel string) []int {
 }
 
 // removeCgroup kills every process in rel (in any hierarchy) and removes
-// rel and its descendants everywhere, then rel's parent if it became empty
-// (a tenant or pool directory). ctx bounds the wait for processes to die.
+// rel and its descendants everywhere, then rel's tenant directory if it
+// became empty. ctx bounds the wait for processes to die.
 func removeCgroup(ctx context.Context, rel string) error {
 	deadline := time.Now().Add(5 * time.Second)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -129,9 +129,13 @@ func removeCgroup(ctx context.Context, rel string) error {
 			errs = append(errs, err)
 		}
 	}
-	// Then the tenant or pool dir and wovyr's top dir, in every hierarchy,
-	// where they became empty (a dir still in use refuses with EBUSY).
-	for parent := filepath.Dir(rel); parent == "wovyr" || strings.HasPrefix(parent, "wovyr/"); parent = filepath.Dir(parent) {
+	// Then the tenant dir, in every hierarchy, where it became empty (a dir
+	// still in use refuses with EBUSY). Not wovyr/_pool nor wovyr itself:
+	// the OCI runtime creates each sandbox's cgroup below them with a
+	// mkdir -p that fails (ENOENT) when a parent goes between its steps,
+	// which failed a runc start while another sandbox was torn down.
+	// Reconcile removes them at start-up.
+	for parent := filepath.Dir(rel); strings.HasPrefix(parent, "wovyr/") && parent != sandboxCgroupParent; parent = filepath.Dir(parent) {
 		for _, h := range hierarchies() {
 			_ = syscall.Rmdir(filepath.Join(h, parent))
 		}

@@ -67,7 +67,10 @@ type Sandbox struct {
 // kept until Destroy: claim writes the tenant's limits into it and usage is
 // read from it, also after the runtime removed its own cgroup below it. "_"
 // cannot start a tenant name, so it never collides with a tenant's.
-func sandboxCgroup(id string) string { return cgroup.Prefix + "/_pool/" + id }
+func sandboxCgroup(id string) string { return sandboxCgroupParent + "/" + id }
+
+// sandboxCgroupParent holds every sandbox's own cgroup.
+const sandboxCgroupParent = cgroup.Prefix + "/_pool"
 
 // poolCgroup is the runtime's cgroup (linux.cgroupsPath) inside the
 // sandbox's: where the sandbox's processes are, under the template's limits.
