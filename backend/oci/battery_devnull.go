@@ -69,7 +69,12 @@ func devNullAttempt(ctx context.Context, b *Backend, d *driver) (string, bool) {
 	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	release, err := creatingCgroups()
+	if err != nil {
+		return "cgroups: " + err.Error(), false
+	}
 	runErr := runBounded(ctx, cmd)
+	release()
 	_ = d.destroy(context.WithoutCancel(ctx), id)
 	_ = removeCgroup(context.WithoutCancel(ctx), poolCgroup(id))
 	got, _ := os.ReadFile(file)

@@ -19,11 +19,35 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wovyr/wovyr/cgroup"
+	"github.com/wovyr/wovyr/hostlock"
 )
 
 // The runtimes create the sandbox's own cgroups (linux.cgroupsPath) in every
 // hierarchy they know; runsc leaks them when killed. These helpers find and
 // remove one relative path in every mounted hierarchy, whichever created it.
+
+// cgroupParentsLock guards wovyr's shared cgroup parents (wovyr,
+// wovyr/_pool, a tenant's dir) in every hierarchy, host-wide: an OCI
+// runtime creates a sandbox's cgroup below them with a mkdir -p that fails
+// (ENOENT) when a parent goes between its steps, so creators hold it shared
+// (creatingCgroups) and a teardown removes the parents it emptied only if
+// it gets it exclusively, without waiting; the last teardown, or
+// Reconcile, removes them.
+const cgroupParentsLock = "/run/wovyr/oci-cgroups.lock"
+
+// creatingCgroups holds the cgroup parents for a runtime that is creating a
+// sandbox's cgroup; release once that cgroup holds a process or creation
+// failed.
+func creatingCgroups() (release func(), err error) {
+	if err := os.MkdirAll(filepath.Dir(cgroupParentsLock), 0o700); err != nil {
+		return nil, err
+	}
+	f, err := hostlock.Wait(cgroupParentsLock, hostlock.Shared)
+	if err != nil {
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
 
 // hierarchies lists the mount points of every cgroup (v1) and cgroup2 tree.
 // They are read once: the host's cgroup mounts do not move under a running
@@ -104,8 +128,8 @@ func treeProcs(rel string) []int {
 }
 
 // removeCgroup kills every process in rel (in any hierarchy) and removes
-// rel and its descendants everywhere, then rel's tenant directory if it
-// became empty. ctx bounds the wait for processes to die.
+// rel and its descendants everywhere, then rel's parent if it became empty
+// (a tenant or pool directory). ctx bounds the wait for processes to die.
 func removeCgroup(ctx context.Context, rel string) error {
 	deadline := time.Now().Add(5 * time.Second)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -129,15 +153,15 @@ func removeCgroup(ctx context.Context, rel string) error {
 			errs = append(errs, err)
 		}
 	}
-	// Then the tenant dir, in every hierarchy, where it became empty (a dir
-	// still in use refuses with EBUSY). Not wovyr/_pool nor wovyr itself:
-	// the OCI runtime creates each sandbox's cgroup below them with a
-	// mkdir -p that fails (ENOENT) when a parent goes between its steps,
-	// which failed a runc start while another sandbox was torn down.
-	// Reconcile removes them at start-up.
-	for parent := filepath.Dir(rel); strings.HasPrefix(parent, "wovyr/") && parent != sandboxCgroupParent; parent = filepath.Dir(parent) {
-		for _, h := range hierarchies() {
-			_ = syscall.Rmdir(filepath.Join(h, parent))
+	// Then the tenant or pool dir and wovyr's top dir, in every hierarchy,
+	// where they became empty (a dir still in use refuses with EBUSY), unless
+	// a runtime is creating a sandbox's cgroup below them right now.
+	if f, err := hostlock.Try(cgroupParentsLock, hostlock.Exclusive); err == nil && f != nil {
+		defer f.Close()
+		for parent := filepath.Dir(rel); parent == "wovyr" || strings.HasPrefix(parent, "wovyr/"); parent = filepath.Dir(parent) {
+			for _, h := range hierarchies() {
+				_ = syscall.Rmdir(filepath.Join(h, parent))
+			}
 		}
 	}
 	return errors.Join(errs...)

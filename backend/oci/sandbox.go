@@ -67,10 +67,7 @@ type Sandbox struct {
 // kept until Destroy: claim writes the tenant's limits into it and usage is
 // read from it, also after the runtime removed its own cgroup below it. "_"
 // cannot start a tenant name, so it never collides with a tenant's.
-func sandboxCgroup(id string) string { return sandboxCgroupParent + "/" + id }
-
-// sandboxCgroupParent holds every sandbox's own cgroup.
-const sandboxCgroupParent = cgroup.Prefix + "/_pool"
+func sandboxCgroup(id string) string { return cgroup.Prefix + "/_pool/" + id }
 
 // poolCgroup is the runtime's cgroup (linux.cgroupsPath) inside the
 // sandbox's: where the sandbox's processes are, under the template's limits.
@@ -412,6 +409,11 @@ func (s *Sandbox) runCommand(global, flags []string) (cmd *exec.Cmd, release fun
 // startAgent starts the runtime with the agent as the container's init and
 // waits for its answer: Prepare's last steps, or a one-shot Run's first.
 func (s *Sandbox) startAgent(ctx context.Context) error {
+	release, err := creatingCgroups()
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	defer release() // the agent is in its cgroup once ready answers
 	if err := s.create(ctx); err != nil {
 		return fmt.Errorf("run: %w", err)
 	}

@@ -243,9 +243,10 @@ func TestServeIdempotentRetry(t *testing.T) {
 	wovyr, state, conf, natsPort := twoRegions(t)
 	beat := `, "heartbeat": "200ms"}`
 	eu := startDaemonConfig(t, wovyr, state("wovyr-eu-test-"), conf("eu-1", "eu-west", fmt.Sprintf(`{"listen": "127.0.0.1:%d"`+beat, natsPort)))
-	us := map[string]*daemon{}
+	us, usState, usConf := map[string]*daemon{}, map[string]string{}, map[string]string{}
 	for _, name := range []string{"us-1", "us-2"} {
-		us[name] = startDaemonConfig(t, wovyr, state("wovyr-"+name+"-test-"), conf(name, "us-east", fmt.Sprintf(`{"url": "nats://127.0.0.1:%d"`+beat, natsPort)))
+		usState[name], usConf[name] = state("wovyr-"+name+"-test-"), conf(name, "us-east", fmt.Sprintf(`{"url": "nats://127.0.0.1:%d"`+beat, natsPort))
+		us[name] = startDaemonConfig(t, wovyr, usState[name], usConf[name])
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -298,4 +299,11 @@ func TestServeIdempotentRetry(t *testing.T) {
 	if got, err := usc.Get(ctx, first.ID, 0); err != nil || got.Node != other || got.State != client.StateDone {
 		t.Fatalf("on %s: %+v %v", other, got, err)
 	}
+	// The killed node's start-up reconciles what its kill left (the first
+	// attempt's cgroups and workspace mount); it serves once that is done.
+	back := startDaemonConfig(t, wovyr, usState[first.Node], usConf[first.Node])
+	if _, err := client.New(back.url, "acme-token", nil).Get(ctx, first.ID, 0); err != nil {
+		t.Fatalf("%s after its restart: %v", first.Node, err)
+	}
+	back.stop(t)
 }
