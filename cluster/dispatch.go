@@ -115,7 +115,7 @@ func (n *Node) take(ctx context.Context, ex Executor, m jetstream.Msg) {
 		return
 	}
 	retried := h.Get(hdrAttempt) == "2"
-	claimed, err := n.claim(ctx, &inv, retried)
+	claimed, err := n.claim(ctx, &inv, m.Data(), retried)
 	if err != nil {
 		// NATS trouble: leave it for redelivery (to us or another node).
 		n.log.Warn("cluster: claim", "id", inv.ID, "error", err)
@@ -152,15 +152,16 @@ func (n *Node) take(ctx context.Context, ex Executor, m jetstream.Msg) {
 	}
 }
 
-// claim makes this node inv's holder: a new placement (create-only, so a
-// redelivered message is not run twice), or, for a retry, the placement
-// its retry left without a node (retry.go). false: another node has it.
-func (n *Node) claim(ctx context.Context, inv *sandbox.Invocation, retried bool) (bool, error) {
+// claim makes this node inv's holder (data is inv as dispatched): a new
+// placement (create-only, so a redelivered message is not run twice), or,
+// for a retry, the placement its retry left without a node (retry.go).
+// false: another node has it.
+func (n *Node) claim(ctx context.Context, inv *sandbox.Invocation, data []byte, retried bool) (bool, error) {
 	if retried {
 		return n.claimRetry(ctx, inv.ID)
 	}
 	pl, _ := json.Marshal(placement{Node: n.o.Name, Region: n.o.Region, Tenant: inv.Tenant,
-		SpecDigest: store.Digest(inv), Created: time.Now(), Spec: retrySpec(inv)})
+		SpecDigest: store.Digest(inv), Created: time.Now(), Spec: retrySpec(inv, data)})
 	_, err := n.places.Create(ctx, inv.ID, pl)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return false, nil

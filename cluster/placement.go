@@ -46,7 +46,7 @@ func lostReason(node string) string {
 // local submit).
 func (n *Node) Placed(ctx context.Context, inv *sandbox.Invocation, created time.Time) error {
 	pl, _ := json.Marshal(placement{Node: n.o.Name, Region: n.o.Region, Tenant: inv.Tenant, SpecDigest: store.Digest(inv),
-		Created: created, Spec: retrySpec(inv)})
+		Created: created, Spec: retrySpec(inv, nil)})
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_, err := n.places.Create(ctx, inv.ID, pl)

@@ -24,10 +24,14 @@ import (
 const hdrAttempt = "Wovyr-Attempt"
 
 // retrySpec is what a placement keeps of inv for its retry: all of it,
-// for an idempotent one (Validate bounds its size), else nothing.
-func retrySpec(inv *sandbox.Invocation) json.RawMessage {
+// for an idempotent one (Validate bounds its size), else nothing. encoded
+// is inv as JSON where the caller has it already (a dispatched message).
+func retrySpec(inv *sandbox.Invocation, encoded []byte) json.RawMessage {
 	if !inv.Idempotent {
 		return nil
+	}
+	if encoded != nil {
+		return encoded
 	}
 	b, err := json.Marshal(inv)
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/wovyr/wovyr/sandbox"
@@ -38,8 +37,11 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	fuel := fs.Uint64("fuel", 0, "fuel for the call (0: the host default)")
 	memory := fs.Int64("memory", 0, "linear memory bytes (0: the host default)")
 	wall := fs.Duration("wall", 0, "the call's deadline (0: the host default)")
-	var grants multi
-	fs.Var(&grants, "grant", "an interface the component may import (repeatable)")
+	var grants []string
+	fs.Func("grant", "an interface the component may import (repeatable)", func(v string) error {
+		grants = append(grants, v)
+		return nil
+	})
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: wovyr component-exec -func NAME [-grant IFACE]... [-fuel N] [-memory BYTES] [-wall D] COMPONENT < ARGS_JSON")
 		fs.PrintDefaults()
@@ -94,8 +96,3 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	return execOK
 }
-
-type multi []string
-
-func (m *multi) String() string     { return strings.Join(*m, ",") }
-func (m *multi) Set(v string) error { *m = append(*m, v); return nil }

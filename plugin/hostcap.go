@@ -25,19 +25,15 @@ const (
 	hostVersion = "0.1.0"
 )
 
-// hostCaps are the capabilities and, for each, why this host cannot
-// provide it ("" when it can).
-func (h *Host) hostCaps() map[string]string {
-	caps := map[string]string{hostLog: ""}
-	caps[hostKV] = ""
-	if h.cfg.KV == nil {
-		caps[hostKV] = "this node has no store for plugin key-value data"
+// missing says why this host cannot provide capability iface, or "".
+func (h *Host) missing(iface string) string {
+	switch {
+	case iface == hostKV && h.cfg.KV == nil:
+		return "this node has no store for plugin key-value data"
+	case iface == hostHTTP && h.cfg.Egress == nil:
+		return "this node has no egress service (outgoing HTTP needs one to hold the call's network policy)"
 	}
-	caps[hostHTTP] = ""
-	if h.cfg.Egress == nil {
-		caps[hostHTTP] = "this node has no egress service (outgoing HTTP needs one to hold the call's network policy)"
-	}
-	return caps
+	return ""
 }
 
 // defineHostCaps links the wovyr:host interfaces into l.
@@ -57,10 +53,9 @@ func (h *Host) defineHostCaps(l *wasmcapi.Linker) error {
 // checkHostCaps refuses, as unenforceable, a component importing a host
 // capability this node cannot provide.
 func (h *Host) checkHostCaps(imports []string) error {
-	caps := h.hostCaps()
 	for _, imp := range imports {
 		iface, _ := splitVersion(imp)
-		if why := caps[iface]; why != "" {
+		if why := h.missing(iface); why != "" {
 			return sandbox.Errorf(sandbox.Unenforceable, "manifest.capabilities", "the component imports %s, but %s", imp, why)
 		}
 	}

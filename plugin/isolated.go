@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -87,9 +86,12 @@ func (p *Plugin) callIsolated(ctx context.Context, tenant string, f *wasmcapi.Ex
 	}
 	// The answer was written inside the sandbox: only a value of the
 	// result's type, rewritten in its canonical form, gets out.
-	v, err := fromJSONValue(f.Type.Result, out.Value)
+	x, err := decodeOne(out.Value)
 	if err == nil {
-		out.Value, err = Value(f.Type.Result, &v)
+		var v wasmcapi.Val
+		if v, err = fromJSON(f.Type.Result, x, "value"); err == nil {
+			out.Value, err = Value(f.Type.Result, &v)
+		}
 	}
 	if err != nil {
 		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "the plugin runner's value is not a %s: %v", f.Type.Result, err)
@@ -99,20 +101,6 @@ func (p *Plugin) callIsolated(ctx context.Context, tenant string, f *wasmcapi.Ex
 
 // componentFile is the component's name in the runner's workspace.
 const componentFile = "component.wasm"
-
-// fromJSONValue reads raw as a value of type t.
-func fromJSONValue(t *wasmcapi.Type, raw json.RawMessage) (wasmcapi.Val, error) {
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber()
-	var x any
-	if err := d.Decode(&x); err != nil {
-		return wasmcapi.Val{}, err
-	}
-	if d.More() {
-		return wasmcapi.Val{}, fmt.Errorf("more than one JSON value")
-	}
-	return fromJSON(t, x, "value")
-}
 
 func oneLine(s string) string {
 	if len(s) > 4096 {

@@ -3,6 +3,7 @@ package plugin
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -83,14 +84,12 @@ func Args(ft *wasmcapi.FuncType, raw json.RawMessage) ([]wasmcapi.Val, error) {
 // decodeArgs is Args' general path: any JSON, numbers kept exact.
 func decodeArgs(ft *wasmcapi.FuncType, raw json.RawMessage) (flatArgs, error) {
 	var f flatArgs
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		return f, sandbox.Errorf(sandbox.BadInput, "args", "arguments are not JSON: %v", err)
-	}
-	if d.More() {
+	v, err := decodeOne(raw)
+	switch {
+	case errors.Is(err, errMoreThanOne):
 		return f, sandbox.Errorf(sandbox.BadInput, "args", "arguments hold more than one JSON value")
+	case err != nil:
+		return f, sandbox.Errorf(sandbox.BadInput, "args", "arguments are not JSON: %v", err)
 	}
 	switch a := v.(type) {
 	case []any:
@@ -104,6 +103,23 @@ func decodeArgs(ft *wasmcapi.FuncType, raw json.RawMessage) (flatArgs, error) {
 		return f, sandbox.Errorf(sandbox.BadInput, "args", "arguments must be a JSON object by parameter name or an array (the function takes %s)", paramList(ft))
 	}
 	return f, nil
+}
+
+var errMoreThanOne = errors.New("more than one JSON value")
+
+// decodeOne reads raw as exactly one JSON value, numbers kept exact (the
+// form fromJSON reads).
+func decodeOne(raw []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	if d.More() {
+		return nil, errMoreThanOne
+	}
+	return v, nil
 }
 
 func paramList(ft *wasmcapi.FuncType) string {
