@@ -21,7 +21,13 @@ var pluginKey = ed25519.NewKeyFromSeed([]byte("wovyr server plugin test key 32b"
 
 // pluginHarness is a daemon with a plugin host on dir that trusts
 // pluginKey as "ops".
-func pluginHarness(t *testing.T, dir string) *harness {
+func pluginHarness(t testing.TB, dir string) *harness {
+	h, _ := pluginHarnessHost(t, dir)
+	return h
+}
+
+// pluginHarnessHost is pluginHarness with its plugin host.
+func pluginHarnessHost(t testing.TB, dir string) (*harness, *plugin.Host) {
 	t.Helper()
 	ts, err := plugin.NewTrustStore(map[string]ed25519.PublicKey{"ops": pluginKey.Public().(ed25519.PublicKey)})
 	if err != nil {
@@ -34,10 +40,10 @@ func pluginHarness(t *testing.T, dir string) *harness {
 	h := startHarness(t, testConfig(), dir, nil, func(o *server.Options) { o.Plugins = host })
 	t.Cleanup(host.Close) // after the daemon stops (cleanups run last first)
 	h.waitReady()
-	return h
+	return h, host
 }
 
-func testComponent(t *testing.T, name string) []byte {
+func testComponent(t testing.TB, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "plugin", "testdata", name, name+".wasm"))
 	if err != nil {
@@ -46,7 +52,7 @@ func testComponent(t *testing.T, name string) []byte {
 	return b
 }
 
-func manifestFor(t *testing.T, name string, wasm []byte, sign bool, caps ...string) []byte {
+func manifestFor(t testing.TB, name string, wasm []byte, sign bool, caps ...string) []byte {
 	t.Helper()
 	m := &plugin.Manifest{Name: name, Component: plugin.Digest(wasm), Trust: sandbox.Internal, Capabilities: caps}
 	if sign {
