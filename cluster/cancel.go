@@ -29,8 +29,25 @@ func (n *Node) Cancel(ctx context.Context, tenant, id string) (store.Invocation,
 	if pl.Tenant != tenant {
 		return store.Invocation{}, store.ErrNotFound
 	}
-	if pl.Lost != "" {
+	if pl.waiting() && pl.Attempt == 0 {
+		// In its region's queue: it ends there, unless a node takes it
+		// first (then that node cancels it, below).
+		a := answer{Code: sandbox.Killed, Message: sandbox.Public(sandbox.Errorf(sandbox.Killed, "", "cancelled before it started"))}
+		n.refuse(ctx, id, a, "")
+		if pl, _, err = n.placement(ctx, id); err != nil {
+			return store.Invocation{}, err
+		}
+		if pl.Refusal != nil && pl.Refusal.Class == sandbox.Killed && pl.Node == "" {
+			return refusedRecord(id, pl), nil
+		}
+	}
+	switch {
+	case pl.Lost != "":
 		return store.Invocation{}, sandbox.Errorf(sandbox.Conflict, "", "invocation %s already ended (%s)", id, store.Lost)
+	case pl.Refusal != nil:
+		return store.Invocation{}, sandbox.Errorf(sandbox.Conflict, "", "invocation %s already ended (%s)", id, store.Failed)
+	case pl.Node == "":
+		return store.Invocation{}, sandbox.Errorf(unavailable, "", "invocation %s is between nodes (its retry waits for one); retry", id)
 	}
 	b, _ := json.Marshal(getRequest{Tenant: tenant, ID: id})
 	rctx, cancel := context.WithTimeout(ctx, cancelLimit)

@@ -100,10 +100,20 @@ func freePorts(t testing.TB, k int) []int {
 // cluster on loopback, and waits until each sees all three live.
 func startCluster(t testing.TB, replicas int) []*testNode {
 	t.Helper()
+	specs := []nodeSpec{{"eu-1", "eu-west"}, {"eu-2", "eu-west"}, {"us-1", "us-east"}}
+	return startNodes(t, specs, replicas, nodeConfig, cluster.Options{Heartbeat: 400 * time.Millisecond, Capacity: 8})
+}
+
+type nodeSpec struct{ name, region string }
+
+// startNodes starts a node per spec over a NATS cluster of as many servers
+// on loopback, each node's config made by conf and its cluster options
+// from o, and waits until each sees them all live.
+func startNodes(t testing.TB, specs []nodeSpec, replicas int, conf func(name, region string) config.Config, o cluster.Options) []*testNode {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("the cluster tests run native sandboxes and need root (CI runs as root)")
 	}
-	specs := []struct{ name, region string }{{"eu-1", "eu-west"}, {"eu-2", "eu-west"}, {"us-1", "us-east"}}
 	routes := freePorts(t, len(specs))
 	var routeURLs []string
 	for _, p := range routes {
@@ -118,7 +128,9 @@ func startCluster(t testing.TB, replicas int) []*testNode {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nodes[i], errs[i] = startNode(t, ctx, sp.name, sp.region, fmt.Sprintf("127.0.0.1:%d", routes[i]), routeURLs, replicas)
+			no := o
+			no.Name, no.Region, no.Replicas = sp.name, sp.region, replicas
+			nodes[i], errs[i] = startNode(t, ctx, conf(sp.name, sp.region), no, fmt.Sprintf("127.0.0.1:%d", routes[i]), routeURLs)
 		}()
 	}
 	wg.Wait()
@@ -136,7 +148,8 @@ func startCluster(t testing.TB, replicas int) []*testNode {
 	return nodes
 }
 
-func startNode(t testing.TB, ctx context.Context, name, region, routeAddr string, routes []string, replicas int) (*testNode, error) {
+func startNode(t testing.TB, ctx context.Context, cfg config.Config, o cluster.Options, routeAddr string, routes []string) (*testNode, error) {
+	name, region := o.Name, o.Region
 	dir, err := os.MkdirTemp("", "wovyr-cluster-test-")
 	if err != nil {
 		return nil, err
@@ -170,9 +183,8 @@ func startNode(t testing.TB, ctx context.Context, name, region, routeAddr string
 	if err != nil {
 		return nil, err
 	}
-	cfg := nodeConfig(name, region)
-	cn, err := cluster.Connect(ctx, cluster.Options{Name: name, Region: region, URL: ns.ClientURL(),
-		Heartbeat: 400 * time.Millisecond, Capacity: 8, Replicas: replicas, Required: mgr.Required, Logger: log})
+	o.URL, o.Required, o.Logger = ns.ClientURL(), mgr.Required, log
+	cn, err := cluster.Connect(ctx, o)
 	if err != nil {
 		return nil, err
 	}

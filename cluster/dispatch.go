@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,10 +20,12 @@ const (
 	hdrReply    = "Wovyr-Reply"     // the API node's inbox for the answer
 	hdrDeadline = "Wovyr-Accept-By" // UnixNano after which no node may take it
 	hdrFrom     = "Wovyr-From"      // the API node's name, for the log
+	hdrCreated  = "Wovyr-Created"   // UnixNano when the API node published it
 )
 
-// Class of a dispatch that found no taker in time: the region's nodes are
-// busy or gone. 503 with Retry-After, like any "not now".
+// Class of a cluster that cannot take or answer for work now, and of an
+// invocation no node of its region took before its queue deadline. 503
+// with Retry-After, like any "not now".
 const unavailable sandbox.Class = "unavailable"
 
 // Class of an invocation larger than NATS carries: 413, as a body over the
@@ -49,65 +49,17 @@ type getRequest struct {
 
 func streamName(region string) string { return "WOVYR_WORK_" + region }
 
-func workSubject(region, backend string) string { return workPrefix + region + "." + backend }
-
-// consume creates the region's stream (placed on the region's servers
-// where they are tagged) and pulls from one shared durable consumer per
-// certified backend.
-func (n *Node) consume(ctx context.Context, ex Executor, backends []Backend) ([]func(), error) {
-	cfg := jetstream.StreamConfig{Name: streamName(n.o.Region), Subjects: []string{workPrefix + n.o.Region + ".>"},
-		Description: "wovyr work for region " + n.o.Region, Retention: jetstream.WorkQueuePolicy,
-		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, Replicas: n.o.Replicas}
-	var st jetstream.Stream
-	err := retry(ctx, func(ctx context.Context) error {
-		var err error
-		st, err = n.js.CreateOrUpdateStream(ctx, cfg)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cluster: stream %s: %w", cfg.Name, err)
-	}
-	var stops []func()
-	sem := make(chan struct{}, max(n.o.Capacity, 1)*2)
-	var wg sync.WaitGroup
-	stops = append(stops, wg.Wait)
-	for _, b := range backends {
-		cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "work-" + b.Name,
-			FilterSubject: workSubject(n.o.Region, b.Name), AckPolicy: jetstream.AckExplicitPolicy,
-			AckWait: 30 * time.Second, MaxAckPending: 10000})
-		if err != nil {
-			return stops, fmt.Errorf("cluster: consumer for %s: %w", b.Name, err)
-		}
-		cc, err := cons.Consume(func(m jetstream.Msg) {
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				n.take(ctx, ex, m)
-			}()
-		}, jetstream.PullMaxMessages(64))
-		if err != nil {
-			return stops, fmt.Errorf("cluster: consume %s: %w", b.Name, err)
-		}
-		// Stop before the wait for the handlers: prepend.
-		stops = append([]func(){cc.Stop}, stops...)
-	}
-	return stops, nil
+func workSubject(region, backend, tenant string) string {
+	return workPrefix + region + "." + backend + "." + tenant
 }
 
-// take runs one dispatched invocation: drop it if its API node has given
-// up, claim its id (create-only: a redelivered message is not run twice),
-// record it through ex, answer, and only then ack.
+// take runs one dispatched invocation: end it if it waited in the queue
+// past its deadline, claim its placement (compare-and-set: a redelivered
+// message is not run twice, nor one cancelled meanwhile), record it through
+// ex, answer the API node if it still waits, and only then ack.
 func (n *Node) take(ctx context.Context, ex Executor, m jetstream.Msg) {
 	h := m.Headers()
 	reply := h.Get(hdrReply)
-	by, _ := strconv.ParseInt(h.Get(hdrDeadline), 10, 64)
-	if by == 0 || time.Now().UnixNano() > by {
-		n.log.Warn("cluster: dropped a dispatch past its accept-by", "from", h.Get(hdrFrom), "subject", m.Subject())
-		_ = m.Term()
-		return
-	}
 	var inv sandbox.Invocation
 	if err := json.Unmarshal(m.Data(), &inv); err != nil || inv.ID == "" {
 		n.log.Warn("cluster: unreadable dispatch", "subject", m.Subject(), "error", err)
@@ -115,7 +67,14 @@ func (n *Node) take(ctx context.Context, ex Executor, m jetstream.Msg) {
 		return
 	}
 	retried := h.Get(hdrAttempt) == "2"
-	claimed, err := n.claim(ctx, &inv, m.Data(), retried)
+	by, _ := strconv.ParseInt(h.Get(hdrDeadline), 10, 64)
+	if by == 0 || time.Now().UnixNano() > by {
+		n.log.Warn("cluster: an invocation waited in the queue past its deadline", "id", inv.ID, "from", h.Get(hdrFrom))
+		n.expire(context.WithoutCancel(ctx), inv.ID)
+		_ = m.Term()
+		return
+	}
+	claimed, err := n.claim(ctx, &inv, m, retried)
 	if err != nil {
 		// NATS trouble: leave it for redelivery (to us or another node).
 		n.log.Warn("cluster: claim", "id", inv.ID, "error", err)
@@ -123,7 +82,7 @@ func (n *Node) take(ctx context.Context, ex Executor, m jetstream.Msg) {
 		return
 	}
 	if !claimed {
-		n.log.Warn("cluster: dispatch already taken", "id", inv.ID, "retry", retried)
+		n.log.Info("cluster: dispatch already taken or ended", "id", inv.ID, "retry", retried)
 		_ = m.Ack()
 		return
 	}
@@ -135,10 +94,11 @@ func (n *Node) take(ctx context.Context, ex Executor, m jetstream.Msg) {
 		_, _ = n.markLost(context.WithoutCancel(ctx), inv.ID, n.o.Name, "node-lost: its first node stopped answering while it ran; its retry was refused: "+sandbox.Public(err))
 		a = answer{Code: sandbox.ClassOf(err), Message: sandbox.Public(err), Field: sandbox.FieldOf(err)}
 	case err != nil:
-		// Refused here (floor-unmet, rate-limited, …): nothing recorded,
-		// the claim goes, the API node hears why.
-		_ = n.places.Delete(context.WithoutCancel(ctx), inv.ID)
+		// Refused here (floor-unmet, rate-limited, …): nothing ran; the
+		// placement ends with the refusal, which every node answers, and
+		// the API node, if it still waits, hears why.
 		a = answer{Code: sandbox.ClassOf(err), Message: sandbox.Public(err), Field: sandbox.FieldOf(err)}
+		n.refuse(context.WithoutCancel(ctx), inv.ID, a, n.o.Name)
 	default:
 		a.Record = &rec
 	}
@@ -152,21 +112,37 @@ func (n *Node) take(ctx context.Context, ex Executor, m jetstream.Msg) {
 	}
 }
 
-// claim makes this node inv's holder (data is inv as dispatched): a new
-// placement (create-only, so a redelivered message is not run twice), or,
-// for a retry, the placement its retry left without a node (retry.go).
-// false: another node has it.
-func (n *Node) claim(ctx context.Context, inv *sandbox.Invocation, data []byte, retried bool) (bool, error) {
-	if retried {
-		return n.claimRetry(ctx, inv.ID)
+// claim makes this node id's holder: its placement waits for a node (the
+// API node wrote it before publishing; a retry's, retry.go, after its first
+// node was lost). false: another node has it, or it ended without one
+// (cancelled, expired).
+func (n *Node) claim(ctx context.Context, inv *sandbox.Invocation, m jetstream.Msg, retried bool) (bool, error) {
+	id := inv.ID
+	if !retried {
+		// Usually nothing is written yet: the claim is a create.
+		h := m.Headers()
+		created, _ := strconv.ParseInt(h.Get(hdrCreated), 10, 64)
+		by, _ := strconv.ParseInt(h.Get(hdrDeadline), 10, 64)
+		pl, _ := json.Marshal(placement{Node: n.o.Name, Region: n.o.Region, Tenant: inv.Tenant, SpecDigest: store.Digest(inv),
+			Created: time.Unix(0, created), Expires: time.Unix(0, by), Spec: retrySpec(inv, m.Data())})
+		_, err := n.places.Create(ctx, id, pl)
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return err == nil, err
+		}
+		// Its API node recorded it as queued (queue), or another node has it.
 	}
-	pl, _ := json.Marshal(placement{Node: n.o.Name, Region: n.o.Region, Tenant: inv.Tenant,
-		SpecDigest: store.Digest(inv), Created: time.Now(), Spec: retrySpec(inv, data)})
-	_, err := n.places.Create(ctx, inv.ID, pl)
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		return false, nil
+	claimed := false
+	err := n.updatePlacement(ctx, id, func(p *placement) bool {
+		claimed = p.waiting() && (p.Attempt == 2) == retried
+		if claimed {
+			p.Node = n.o.Name
+		}
+		return claimed
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil // its placement is gone (past retention): nothing to answer for
 	}
-	return err == nil, err
+	return claimed, err
 }
 
 // answerGet answers a get request for a record this node holds.
@@ -200,28 +176,38 @@ func (n *Node) respond(m *nats.Msg, a answer) {
 	_ = m.Respond(b)
 }
 
-// Dispatch hands inv to a live node of region: it picks the weakest
-// backend at or above the required strength that a live node there
-// certified, publishes to the region's stream, and waits for a node's
-// answer (its durable record or its typed refusal); then, with wait, for
-// the record to end.
+// Dispatch hands inv to region's queue, where a live node of the region
+// with room pulls it (pull.go): it picks the weakest backend at or above
+// the required strength that a live node there certified, records the
+// placement, publishes, and waits for a node's answer (its durable record
+// or its typed refusal) up to AcceptTimeout; no answer by then is the
+// queued record, which every node answers until a node takes it. With
+// wait, it then waits for the record to end.
 func (n *Node) Dispatch(ctx context.Context, region string, inv *sandbox.Invocation, wait time.Duration) (store.Invocation, error) {
 	if inv.Resources.GPU > 0 {
 		return store.Invocation{}, sandbox.Errorf(sandbox.FloorUnmet, "resources.gpu", "GPU work runs only on a node of the region that accepts it; it is not dispatched to region %s", region)
 	}
+	start := time.Now()
 	rec, err := n.publish(ctx, region, inv, 1)
 	if err != nil || wait <= 0 || rec.State.Terminal() {
 		return rec, err
 	}
-	got, err := n.ask(ctx, rec.Node, getRequest{Tenant: inv.Tenant, ID: inv.ID, Wait: wait})
+	var got store.Invocation
+	if rec.Node != "" { // its holder answered: ask it straight away
+		got, err = n.ask(ctx, rec.Node, getRequest{Tenant: inv.Tenant, ID: inv.ID, Wait: wait - time.Since(start)})
+	} else {
+		got, err = n.Get(ctx, inv.Tenant, inv.ID, wait-time.Since(start))
+	}
 	if err != nil {
 		return rec, nil // accepted: the caller polls
 	}
 	return got, nil
 }
 
-// publish puts attempt (1, or 2 for a retry) of inv on region's stream
-// and waits for a node's answer: its durable record, or its refusal.
+// publish puts attempt (1, or 2 for a retry) of inv on region's queue and
+// waits for a node's answer: its durable record, or its refusal. The first
+// attempt's placement is written first, waiting for a node, so that the
+// invocation is answered for from the moment the queue holds it.
 func (n *Node) publish(ctx context.Context, region string, inv *sandbox.Invocation, attempt int) (store.Invocation, error) {
 	var none store.Invocation
 	backend, err := n.pick(region, inv)
@@ -233,20 +219,22 @@ func (n *Node) publish(ctx context.Context, region string, inv *sandbox.Invocati
 		return none, err
 	}
 	if int64(len(data)) > n.nc.MaxPayload() {
-		return none, sandbox.Errorf(tooLarge, "", "the invocation is %d bytes; the cluster carries at most %d to another region", len(data), n.nc.MaxPayload())
+		return none, sandbox.Errorf(tooLarge, "", "the invocation is %d bytes; the cluster carries at most %d to another node", len(data), n.nc.MaxPayload())
 	}
+	created := time.Now()
+	by := created.Add(n.o.QueueTimeout)
 	inbox := n.nc.NewRespInbox()
 	sub, err := n.nc.SubscribeSync(inbox)
 	if err != nil {
 		return none, sandbox.Wrap(unavailable, err, "cluster unreachable")
 	}
 	defer sub.Unsubscribe()
-	by := time.Now().Add(n.o.AcceptTimeout)
-	msg := nats.NewMsg(workSubject(region, backend))
+	msg := nats.NewMsg(workSubject(region, backend, inv.Tenant))
 	msg.Data = data
 	msg.Header.Set(hdrReply, inbox)
 	msg.Header.Set(hdrDeadline, strconv.FormatInt(by.UnixNano(), 10))
 	msg.Header.Set(hdrFrom, n.o.Name)
+	msg.Header.Set(hdrCreated, strconv.FormatInt(created.UnixNano(), 10))
 	msg.Header.Set(jetstream.MsgIDHeader, inv.ID) // a repeated publish is one message
 	if attempt > 1 {
 		msg.Header.Set(jetstream.MsgIDHeader, inv.ID+"#"+strconv.Itoa(attempt))
@@ -262,12 +250,11 @@ func (n *Node) publish(ctx context.Context, region string, inv *sandbox.Invocati
 		// The stream has had this id already: it runs once, not again.
 		return none, sandbox.Errorf(sandbox.Conflict, "id", "invocation %s was dispatched already", inv.ID)
 	}
-	// Past by, no node takes it; a little longer covers a taker's record.
-	actx, cancel2 := context.WithDeadline(ctx, by.Add(2*time.Second))
-	defer cancel2()
-	m, err := sub.NextMsgWithContext(actx)
+	_ = n.nc.Publish(wakeSubject(region), []byte(msg.Subject))
+	m, err := sub.NextMsgWithContext(pctx)
 	if err != nil {
-		return none, sandbox.Errorf(unavailable, "", "no node of region %s took the invocation within %s", region, n.o.AcceptTimeout)
+		// Durable in the queue, no node with room yet: accepted, queued.
+		return n.queue(ctx, region, inv, data, attempt, created, by, sub)
 	}
 	var a answer
 	if err := json.Unmarshal(m.Data, &a); err != nil {
@@ -277,6 +264,36 @@ func (n *Node) publish(ctx context.Context, region string, inv *sandbox.Invocati
 		return none, answerError(a)
 	}
 	return *a.Record, nil
+}
+
+// queue records that inv, published at created, waits in region's
+// queue for a node (until by), unless a node has taken it meanwhile, and
+// returns the record every node answers for it now. Written only when no
+// node answered in AcceptTimeout: a taker that answers at once writes the
+// only placement (claim), and the caller has no id to ask about before
+// Dispatch returns.
+func (n *Node) queue(ctx context.Context, region string, inv *sandbox.Invocation, data []byte, attempt int, created, by time.Time, sub *nats.Subscription) (store.Invocation, error) {
+	if attempt > 1 { // its placement exists: the retry's (retry.go)
+		return n.Get(ctx, inv.Tenant, inv.ID, 0)
+	}
+	pl := placement{Region: region, Tenant: inv.Tenant, SpecDigest: store.Digest(inv),
+		Created: created, Expires: by, Spec: retrySpec(inv, data)}
+	b, _ := json.Marshal(pl)
+	_, err := n.places.Create(context.WithoutCancel(ctx), inv.ID, b)
+	if err == nil {
+		return queuedRecord(inv.ID, pl), nil
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		// A node took it as the wait ran out: its answer is on the way.
+		if m, err := sub.NextMsg(2 * time.Second); err == nil {
+			var a answer
+			if json.Unmarshal(m.Data, &a) == nil && a.Record != nil {
+				return *a.Record, nil
+			}
+		}
+		return n.Get(ctx, inv.Tenant, inv.ID, 0)
+	}
+	return store.Invocation{}, sandbox.Wrap(unavailable, err, "invocation %s is in region %s's queue, but the cluster could not record it; retry", inv.ID, pl.Region)
 }
 
 // pick is the backend a dispatch goes to: the weakest at or above the

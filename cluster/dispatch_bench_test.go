@@ -31,6 +31,10 @@ func (a *acceptAll) Cancel(context.Context, string, string) (store.Invocation, e
 	return store.Invocation{}, store.ErrNotFound
 }
 
+func (a *acceptAll) Room() int { return 64 }
+
+func (a *acceptAll) Weights() map[string]int { return map[string]int{"alice": 1} }
+
 func (a *acceptAll) Certified(context.Context) []cluster.Backend {
 	return []cluster.Backend{{Name: "native", Strength: sandbox.Native, Kinds: []sandbox.WorkloadKind{sandbox.KindCommand}}}
 }

@@ -11,21 +11,29 @@
 //     an entry older than three heartbeats is not live. A node that stops
 //     deletes its entry.
 //   - Dispatch. Each region has one JetStream work-queue stream
-//     (WOVYR_WORK_<region>, subjects wovyr.work.<region>.<backend>); each
-//     backend of it one durable pull consumer that every node of that
-//     region which certified the backend pulls from, so a node takes work
-//     only for backends it certified and only of its region. A message is
-//     acked only after the executing node has claimed the id (KV bucket
-//     wovyr-placements, create-only) and recorded it durably in its own
-//     store; it then answers the API node, which answers the caller.
+//     (WOVYR_WORK_<region>, subjects wovyr.work.<region>.<backend>.<tenant>):
+//     the region's queue. Work for another region goes there, and so does
+//     work for a node's own region when the region has other live nodes,
+//     so that the tenants' weights hold across the region's nodes
+//     whichever node each tenant submits to. Every node of the region
+//     takes from it only what it has room for (twice its concurrency,
+//     running or next in line), by smooth weighted round-robin over the
+//     tenants with work waiting (pull.go, fair.go), and only for backends
+//     it certified. A message is acked only after the executing node has
+//     claimed the id (KV bucket wovyr-placements, compare-and-set) and
+//     recorded it durably in its own store; it then answers the API node,
+//     which answers the caller. An invocation no node takes within the
+//     API node's wait is answered 202 as queued, and every node answers
+//     for it as queued until a node takes it, it is cancelled, or it
+//     waits past its deadline (then it ends failed, unavailable).
 //   - Records stay where they ran: GET on another node finds the node in
 //     wovyr-placements and asks it (wovyr.node.<name>.get), for the same
 //     tenant only; another tenant's id is not found, as a missing one.
 //
 // What it refuses to do: place an invocation outside the regions
 // residency allows (the API node picks among them, the executing node
-// checks its own region again), run a message twice (the placement claim
-// is create-only), or run work whose API node has given up on it (a
-// dispatch carries its accept-by deadline; a later pickup drops it). See
-// ADR 0031 for the design and its numbers.
+// checks its own region again), run a message twice or one cancelled in
+// the queue (the claim is a compare-and-set on the placement), or run work
+// past its queue deadline (a later pickup ends it instead). See ADR 0031
+// for the design and its numbers, and ADR 0037 for the region's queue.
 package cluster

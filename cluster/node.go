@@ -39,8 +39,13 @@ type Options struct {
 	// than 3 heartbeats is not live. Zero means 1s.
 	Heartbeat time.Duration
 	// AcceptTimeout bounds how long Dispatch waits for a node of the
-	// region to take an invocation (claim and record it). Zero means 10s.
+	// region to take an invocation (claim and record it) before it answers
+	// with the queued record. Zero means 5s.
 	AcceptTimeout time.Duration
+	// QueueTimeout bounds how long a dispatched invocation waits in its
+	// region's queue for a node with room; past it, it ends failed
+	// (unavailable). Zero means 10m.
+	QueueTimeout time.Duration
 	// Retention is how long a placement (id → node) is kept for GET.
 	// Zero means 24h.
 	Retention time.Duration
@@ -80,6 +85,12 @@ type Executor interface {
 	// Conflict if it had already ended, store.ErrNotFound for another
 	// tenant's.
 	Cancel(ctx context.Context, tenant, id string) (store.Invocation, error)
+	// Room is how many more invocations the node takes from its region's
+	// queue now (zero or less: none until Node.Freed).
+	Room() int
+	// Weights are the tenants the node serves and their weights: whose
+	// work it pulls, and in what proportion.
+	Weights() map[string]int
 }
 
 // Node is this daemon in its cluster. Create it with Connect, start taking
@@ -95,6 +106,8 @@ type Node struct {
 
 	mu      sync.Mutex
 	serving bool
+	// room is poked when the executor may have room again (Freed).
+	room chan struct{}
 	// beat is when this node's last heartbeat was written (UnixNano; 0
 	// before Serve): while it is older than the registry's ttl, the
 	// registry takes no writes, so no node's entry in it can be trusted.
@@ -112,13 +125,16 @@ func Connect(ctx context.Context, o Options) (*Node, error) {
 		o.Heartbeat = time.Second
 	}
 	if o.AcceptTimeout <= 0 {
-		o.AcceptTimeout = 10 * time.Second
+		o.AcceptTimeout = 5 * time.Second
+	}
+	if o.QueueTimeout <= 0 {
+		o.QueueTimeout = 10 * time.Minute
 	}
 	if o.Retention <= 0 {
 		o.Retention = 24 * time.Hour
 	}
 	o.Replicas = max(o.Replicas, 1)
-	n := &Node{o: o, log: o.Logger}
+	n := &Node{o: o, log: o.Logger, room: make(chan struct{}, 1)}
 	if n.log == nil {
 		n.log = slog.Default()
 	}
@@ -252,6 +268,26 @@ func (n *Node) Reachable() error {
 		}
 	}
 	return nil
+}
+
+// Freed tells the node that its executor ended an invocation, so it may
+// have room to pull the next one from the region's queue.
+func (n *Node) Freed() {
+	select {
+	case n.room <- struct{}{}:
+	default:
+	}
+}
+
+// Peers is how many live nodes region has now.
+func (n *Node) Peers(region string) int {
+	k := 0
+	for _, in := range n.Live() {
+		if in.Region == region {
+			k++
+		}
+	}
+	return k
 }
 
 // LiveRegions are the regions with a live node now, sorted.

@@ -35,7 +35,26 @@ type placement struct {
 	Attempt   int       `json:"attempt,omitempty"`
 	FirstNode string    `json:"first_node,omitempty"`
 	RetriedAt time.Time `json:"retried_at,omitzero"`
+	// Expires is when a dispatched invocation that no node has taken
+	// stops waiting in its region's queue.
+	Expires time.Time `json:"expires,omitzero"`
+	// Refusal is why it ended without running: its node refused it, it
+	// was cancelled in the queue, or no node took it before Expires.
+	// Final, like Lost.
+	Refusal *refusal `json:"refusal,omitempty"`
 }
+
+// refusal is a typed end without a run.
+type refusal struct {
+	Class   sandbox.Class `json:"class"`
+	Message string        `json:"message"`
+	Field   string        `json:"field,omitempty"`
+	At      time.Time     `json:"at"`
+}
+
+// waiting reports whether the invocation is in its region's queue: no node
+// holds it and it has not ended.
+func (p *placement) waiting() bool { return p.Node == "" && p.Lost == "" && p.Refusal == nil }
 
 // lostReason is a placement's Lost for a node that left mid-invocation.
 func lostReason(node string) string {
@@ -79,13 +98,50 @@ func (n *Node) Get(ctx context.Context, tenant, id string, wait time.Duration) (
 	if pl.Tenant != tenant {
 		return store.Invocation{}, store.ErrNotFound // another tenant's: as missing
 	}
-	if pl.Lost != "" {
+	// While it waits in the queue, a wait waits for a node to take it.
+	until := time.Now().Add(wait)
+	for pl.waiting() && pl.Attempt == 0 && time.Now().Before(until) && time.Now().Before(pl.Expires) {
+		select {
+		case <-ctx.Done():
+			return store.Invocation{}, ctx.Err()
+		case <-time.After(min(queuePoll, time.Until(until))):
+		}
+		if pl, _, err = n.placement(ctx, id); err != nil {
+			return store.Invocation{}, err
+		}
+	}
+	switch {
+	case pl.Lost != "":
 		return lostRecord(id, pl), nil
-	}
-	if pl.Node == "" {
+	case pl.Refusal != nil:
+		return refusedRecord(id, pl), nil
+	case pl.Node == "" && pl.Attempt == 2:
 		return n.retryPending(ctx, id, pl)
+	case pl.Node == "":
+		if time.Now().After(pl.Expires.Add(expireGrace)) {
+			// Its deadline passed and no node ended it (none pulled it):
+			// it ends here, once, for every node to answer the same.
+			return n.expire(ctx, id), nil
+		}
+		return queuedRecord(id, pl), nil
 	}
-	rec, err := n.ask(ctx, pl.Node, getRequest{Tenant: tenant, ID: id, Wait: wait})
+	rec, err := n.ask(ctx, pl.Node, getRequest{Tenant: tenant, ID: id, Wait: max(time.Until(until), 0)})
+	for k := 0; errors.Is(err, store.ErrNotFound) && k < acceptPolls; k++ {
+		// The holder claimed it and is recording it (or refusing it): a
+		// claim comes before the record. Ask again.
+		select {
+		case <-ctx.Done():
+			return store.Invocation{}, ctx.Err()
+		case <-time.After(queuePoll):
+		}
+		if pl, _, err = n.placement(ctx, id); err != nil {
+			return store.Invocation{}, err
+		}
+		if pl.Refusal != nil {
+			return refusedRecord(id, pl), nil
+		}
+		rec, err = n.ask(ctx, pl.Node, getRequest{Tenant: tenant, ID: id, Wait: max(time.Until(until), 0)})
+	}
 	if err == nil || errors.Is(err, store.ErrNotFound) || n.isLive(pl.Node) {
 		return rec, err
 	}
@@ -96,6 +152,82 @@ func (n *Node) Get(ctx context.Context, tenant, id string, wait time.Duration) (
 		return n.retry(ctx, id, pl)
 	}
 	return n.markLost(ctx, id, pl.Node, lostReason(pl.Node))
+}
+
+// queuePoll is how often a wait on a queued invocation looks again.
+const queuePoll = 50 * time.Millisecond
+
+// acceptPolls bounds how many times (queuePoll apart) a holder that has
+// claimed an invocation is asked again for a record it has not written yet.
+const acceptPolls = 100
+
+// expireGrace is how long past its deadline a queued invocation's node
+// may still be recording that it took it.
+const expireGrace = 5 * time.Second
+
+// refuse ends id with a: it was refused where it was taken, or cancelled
+// while it waited.
+func (n *Node) refuse(ctx context.Context, id string, a answer, by string) {
+	err := n.updatePlacement(ctx, id, func(p *placement) bool {
+		if p.Lost != "" || p.Refusal != nil || p.State.Terminal() || (p.Node != "" && p.Node != by) {
+			return false
+		}
+		p.Refusal = &refusal{Class: a.Code, Message: a.Message, Field: a.Field, At: time.Now()}
+		return true
+	})
+	if err != nil {
+		n.log.Warn("cluster: record a refusal", "id", id, "error", err)
+	}
+}
+
+// expire ends id, which waited in its region's queue past its deadline,
+// unless a node took it meanwhile, and returns what every node answers
+// for it now.
+func (n *Node) expire(ctx context.Context, id string) store.Invocation {
+	var pl placement
+	err := n.updatePlacement(ctx, id, func(p *placement) bool {
+		defer func() { pl = *p }()
+		if !p.waiting() {
+			return false
+		}
+		if p.Attempt == 2 {
+			p.Lost, p.LostAt = lostReason(p.FirstNode)+"; its retry was not taken", time.Now()
+			return true
+		}
+		p.Refusal = &refusal{Class: unavailable, At: time.Now(), Message: sandbox.Public(sandbox.Errorf(unavailable, "",
+			"no node of region %s took invocation %s within %s", p.Region, id, p.Expires.Sub(p.Created).Round(time.Second)))}
+		return true
+	})
+	switch {
+	case errors.Is(err, store.ErrNotFound): // its API node never recorded it
+		return queuedRecord(id, pl)
+	case err != nil:
+		n.log.Warn("cluster: expire a queued invocation", "id", id, "error", err)
+		return queuedRecord(id, pl)
+	case pl.Lost != "":
+		return lostRecord(id, pl)
+	case pl.Refusal != nil:
+		return refusedRecord(id, pl)
+	}
+	return queuedRecord(id, pl)
+}
+
+// queuedRecord is the record every node answers for an invocation in its
+// region's queue.
+func queuedRecord(id string, pl placement) store.Invocation {
+	return store.Invocation{ID: id, Tenant: pl.Tenant, SpecDigest: pl.SpecDigest, State: store.Queued,
+		Transitions: []store.Transition{{State: store.Queued, At: pl.Created}},
+		Created:     pl.Created, Where: store.Where{Region: pl.Region}}
+}
+
+// refusedRecord is the record every node answers for an invocation that
+// ended without running (placement.Refusal).
+func refusedRecord(id string, pl placement) store.Invocation {
+	r := pl.Refusal
+	return store.Invocation{ID: id, Tenant: pl.Tenant, SpecDigest: pl.SpecDigest, State: store.Failed,
+		Transitions: []store.Transition{{State: store.Queued, At: pl.Created}, {State: store.Failed, At: r.At}},
+		Created:     pl.Created, Where: store.Where{Region: pl.Region, Node: pl.Node},
+		Result: &sandbox.Result{ID: id, ExitCode: -1, Class: r.Class, Error: r.Message}}
 }
 
 // markLost gives id up for good (unless its holder recorded its end

@@ -72,7 +72,7 @@ func (n *Node) retry(ctx context.Context, id string, pl placement) (store.Invoca
 // retryPending answers for id while its retry waits for a taker, and
 // gives it up once no node can take it any more.
 func (n *Node) retryPending(ctx context.Context, id string, pl placement) (store.Invocation, error) {
-	if time.Since(pl.RetriedAt) > n.o.AcceptTimeout+5*time.Second {
+	if time.Since(pl.RetriedAt) > n.o.QueueTimeout+expireGrace {
 		return n.markLost(ctx, id, pl.FirstNode, lostReason(pl.FirstNode)+"; its retry was not taken")
 	}
 	return store.Invocation{}, sandbox.Errorf(unavailable, "", "invocation %s was lost with node %s and is being retried", id, pl.FirstNode)

@@ -60,6 +60,14 @@ type NATS struct {
 	// not renewed within 3 heartbeats expires and the node is no longer
 	// live. Zero means 1s.
 	Heartbeat Duration `json:"heartbeat,omitempty"`
+	// AcceptWait is how long a node that dispatched an invocation into a
+	// region's queue waits for a node there to take it before it answers
+	// 202 with the queued record. Zero means 5s.
+	AcceptWait Duration `json:"accept_wait,omitempty"`
+	// QueueTimeout is how long an invocation may wait in its region's
+	// queue for a node with room; past it, it ends failed (unavailable).
+	// Zero means 10m.
+	QueueTimeout Duration `json:"queue_timeout,omitempty"`
 }
 
 // regionDefaults fills the residency and NATS defaults.
@@ -112,8 +120,13 @@ func (c Config) validateRegion() error {
 	if c.NATS.Replicas < 0 || c.NATS.Replicas > 5 {
 		return bad("nats.replicas", "want 1 to 5 (0 means 1)")
 	}
-	if c.NATS.Heartbeat < 0 {
-		return bad("nats.heartbeat", "must not be negative")
+	for _, d := range []struct {
+		field string
+		d     Duration
+	}{{"nats.heartbeat", c.NATS.Heartbeat}, {"nats.accept_wait", c.NATS.AcceptWait}, {"nats.queue_timeout", c.NATS.QueueTimeout}} {
+		if d.d < 0 {
+			return bad(d.field, "must not be negative")
+		}
 	}
 	if c.NATS.URL == "" && !c.NATS.Disabled {
 		// The embedded server is for this host's nodes: it listens on

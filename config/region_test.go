@@ -29,6 +29,8 @@ func TestRegionRejects(t *testing.T) {
 		"region not known": {`{"region":"eu","residency":{"regions":["us"]},"tenants":[]}`, `bad-input (residency.regions): the node's region "eu" is not one of the deployment's regions [us]`},
 		"tenant region":    {`{"region":"eu","tenants":[{"name":"a",` + h + `,"regions":["us"]}]}`, `bad-input (tenants[0].regions): region "us" is not one of the deployment's regions [eu]`},
 		"public nats":      {`{"nats":{"listen":"0.0.0.0:4222"},"tenants":[]}`, `bad-input (nats.listen): the embedded NATS server listens on loopback only (want 127.0.0.1:PORT, not "0.0.0.0:4222"); use nats.url for a NATS across hosts`},
+		"negative wait":    {`{"nats":{"accept_wait":"-1s"},"tenants":[]}`, "bad-input (nats.accept_wait): must not be negative"},
+		"negative queue":   {`{"nats":{"queue_timeout":"-1m"},"tenants":[]}`, "bad-input (nats.queue_timeout): must not be negative"},
 		"public route":     {`{"nats":{"cluster_listen":"10.0.0.1:6222"},"tenants":[]}`, `bad-input (nats.cluster_listen): the embedded NATS server listens on loopback only (want 127.0.0.1:PORT, not "10.0.0.1:6222"); use nats.url for a NATS across hosts`},
 	} {
 		_, err := Parse(strings.NewReader(tc.json))

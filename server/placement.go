@@ -24,6 +24,11 @@ type Cluster interface {
 	Reachable() error
 	// LiveRegions are the regions with at least one live node now.
 	LiveRegions() []string
+	// Peers is how many live nodes region has now.
+	Peers(region string) int
+	// Freed tells the cluster this node ended an invocation: it may pull
+	// the next from its region's queue.
+	Freed()
 	// Dispatch hands inv (validated, with its tenant and id) to a node of
 	// region and returns its record once that node has recorded it
 	// durably, waiting up to wait for it to end. A typed refusal of that
@@ -95,6 +100,9 @@ func (s *Server) place(t *tenant, inv *sandbox.Invocation) (string, error) {
 		return "", err
 	}
 	if slices.Contains(allowed, s.cfg.Region) {
+		if s.sharesRegion(inv) {
+			return s.cfg.Region, nil // the region's queue: fair across its nodes
+		}
 		return "", nil
 	}
 	live := []string{}
@@ -109,6 +117,34 @@ func (s *Server) place(t *tenant, inv *sandbox.Invocation) (string, error) {
 		return "", err
 	}
 	return region, nil
+}
+
+// sharesRegion reports whether inv, allowed in this node's region, goes
+// through the region's queue rather than straight to this node: when the
+// region has other live nodes, so that the tenants' weights hold across
+// them, whichever node each tenant submits to. GPU work stays on the node
+// that accepts it (the cluster does not dispatch it).
+func (s *Server) sharesRegion(inv *sandbox.Invocation) bool {
+	return s.shared() && inv.Resources.GPU == 0 && s.cluster.Peers(s.cfg.Region) > 1
+}
+
+// Room is how many more invocations this node takes from its region's
+// queue now (cluster.Executor): it holds up to twice its concurrency,
+// running or next in line, so a slot that frees starts the next at once
+// while the rest waits in the queue for whichever node frees first.
+func (s *Server) Room() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return 2*max(s.cfg.Concurrency, 1) - len(s.jobs)
+}
+
+// Weights are this node's tenants and their weights (cluster.Executor).
+func (s *Server) Weights() map[string]int {
+	out := make(map[string]int, len(s.tenants))
+	for _, t := range s.tenants {
+		out[t.cfg.Name] = max(t.cfg.Weight, 1)
+	}
+	return out
 }
 
 // placeHere refuses what may not run on this node: a session lives on

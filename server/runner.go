@@ -89,6 +89,9 @@ func (s *Server) execute(j *job) {
 		delete(s.jobs, j.inv.ID)
 		s.mu.Unlock()
 		close(j.done)
+		if s.shared() {
+			s.cluster.Freed()
+		}
 	}()
 	defer j.cancel(nil)
 	defer s.adm.Done(j.ticket)
