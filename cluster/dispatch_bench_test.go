@@ -31,6 +31,10 @@ func (a *acceptAll) Cancel(context.Context, string, string) (store.Invocation, e
 	return store.Invocation{}, store.ErrNotFound
 }
 
+func (a *acceptAll) Follow(context.Context, string, string, store.State, int, time.Duration) (store.Invocation, []sandbox.Chunk, error) {
+	return store.Invocation{}, nil, store.ErrNotFound
+}
+
 func (a *acceptAll) Room() int { return 64 }
 
 func (a *acceptAll) Weights() map[string]int { return map[string]int{"alice": 1} }

@@ -85,6 +85,11 @@ type Executor interface {
 	// Conflict if it had already ended, store.ErrNotFound for another
 	// tenant's.
 	Cancel(ctx context.Context, tenant, id string) (store.Invocation, error)
+	// Follow returns the tenant's record id and its live chunks past the
+	// first have, waiting up to wait for the record's state to differ
+	// from state or for more chunks; store.ErrNotFound for another
+	// tenant's.
+	Follow(ctx context.Context, tenant, id string, state store.State, have int, wait time.Duration) (store.Invocation, []sandbox.Chunk, error)
 	// Room is how many more invocations the node takes from its region's
 	// queue now (zero or less: none until Node.Freed).
 	Room() int
@@ -195,6 +200,11 @@ func (n *Node) Serve(ctx context.Context, ex Executor) error {
 		return fmt.Errorf("cluster: subscribe: %w", err)
 	}
 	defer cancelSub.Unsubscribe()
+	followSub, err := n.nc.Subscribe(nodePrefix+n.o.Name+".follow", func(m *nats.Msg) { go n.answerFollow(ctx, ex, m) })
+	if err != nil {
+		return fmt.Errorf("cluster: subscribe: %w", err)
+	}
+	defer followSub.Unsubscribe()
 	var stops []func()
 	defer func() {
 		for _, stop := range stops {

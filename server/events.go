@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -188,28 +189,69 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, t *tenant)
 const remotePoll = 5 * time.Second
 
 // eventsRemote is GET .../events for an invocation another node of the
-// cluster holds, read through the cluster (Cluster.Get) for the same
-// tenant only. That node's live chunks do not cross the cluster: the
-// stream has its state changes as the record shows them, then at the end
-// the output as the record keeps it, cut where its live stream cut it
-// (sandbox.Replay) — the same events under the same numbers as a late
-// reader on the holding node gets.
+// cluster holds, followed on that node through the cluster (Cluster.Follow)
+// for the same tenant only: its state changes as the record shows them,
+// its output chunks as they are produced, then the final record — the
+// same events under the same numbers as a reader on the holding node
+// gets, since the live chunks are a prefix of the record's.
 func (s *Server) eventsRemote(w http.ResponseWriter, r *http.Request, t *tenant, id string) {
-	_, err := s.cluster.Get(r.Context(), t.cfg.Name, id, 0)
+	rec, live, err := s.cluster.Follow(r.Context(), t.cfg.Name, id, "", 0, 0)
 	if errors.Is(err, store.ErrNotFound) {
 		err = notFound(id, err)
 	}
-	wait := remotePoll
+	first := true
 	s.follow(w, r, err, func() ([]client.Event, bool, <-chan struct{}, <-chan struct{}) {
-		rec, err := s.cluster.Get(r.Context(), t.cfg.Name, id, wait)
-		if err != nil {
-			// The holder is not answering now: ask again shortly.
-			retry := make(chan struct{})
-			time.AfterFunc(time.Second, func() { close(retry) })
-			return nil, r.Context().Err() != nil, retry, nil
+		if !first {
+			next, more, err := s.cluster.Follow(r.Context(), t.cfg.Name, id, rec.State, len(live), remotePoll)
+			if err != nil {
+				// The holder is not answering now: ask again shortly.
+				retry := make(chan struct{})
+				time.AfterFunc(time.Second, func() { close(retry) })
+				return nil, r.Context().Err() != nil, retry, nil
+			}
+			rec, live = next, append(live, more...)
 		}
+		first = false
 		again := make(chan struct{})
-		close(again) // the read above did the waiting
-		return invocationTimeline(rec, nil), rec.State.Terminal(), again, nil
+		close(again) // the next read does the waiting
+		return invocationTimeline(rec, live), rec.State.Terminal(), again, nil
 	})
+}
+
+// Follow answers another node's event stream for a record this node holds
+// (cluster.Executor): the record and its live chunks past the first have,
+// once either differs from what the reader has (state, have) or wait
+// runs out.
+func (s *Server) Follow(ctx context.Context, tenant, id string, state store.State, have int, wait time.Duration) (store.Invocation, []sandbox.Chunk, error) {
+	timer := time.NewTimer(min(wait, s.cfg.MaxWait.D()))
+	defer timer.Stop()
+	for {
+		changed := s.note.wait(id)
+		var live []sandbox.Chunk
+		var more <-chan struct{}
+		s.mu.Lock()
+		j := s.jobs[id]
+		s.mu.Unlock()
+		if j != nil {
+			live, _, more = j.out.Read(have)
+		}
+		rec, err := s.store.Get(id)
+		if err != nil {
+			return rec, nil, err
+		}
+		if rec.Tenant != tenant {
+			return store.Invocation{}, nil, store.ErrNotFound
+		}
+		if rec.State != state || len(live) > 0 || rec.State.Terminal() {
+			return rec, live, nil
+		}
+		select {
+		case <-changed:
+		case <-more:
+		case <-timer.C:
+			return rec, nil, nil
+		case <-ctx.Done():
+			return rec, nil, ctx.Err()
+		}
+	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/wovyr/wovyr/client"
 	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/store"
 )
 
 // gated is a command that prints, then waits until a file "go" appears in
@@ -172,4 +173,62 @@ func strip(evs []client.Event) []client.Event {
 		out[i] = client.Event{Seq: ev.Seq, Type: ev.Type, State: ev.State, Data: ev.Data}
 	}
 	return out
+}
+
+// TestFollowLive is the holder's side of an event stream read through
+// another node (Server.Follow): while the invocation runs, its chunks past
+// those the reader has, each as soon as it exists; with nothing new, it
+// waits out its bound and answers the same state; another tenant's id is
+// not found; and the chunks it sent live are a prefix of the record's.
+func TestFollowLive(t *testing.T) {
+	var img string
+	h := newHarnessWith(t, testConfig(), "", containerSessions(t, &img))
+	ctx := context.Background()
+	inv, err := h.client(aliceToken).Submit(ctx, &sandbox.Invocation{Workload: sandbox.Workload{Kind: sandbox.KindCommand, Image: "busybox", Argv: gated},
+		Limits: sandbox.Limits{Wall: 20 * time.Second}, Policy: sandbox.Policy{Trust: sandbox.Trusted, Preference: sandbox.Container}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var state store.State
+	var live []sandbox.Chunk
+	text := func() string {
+		var b strings.Builder
+		for _, c := range live {
+			b.WriteString(string(c.Stream) + ":" + string(c.Data))
+		}
+		return b.String()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(text(), "stdout:first\n") || !strings.Contains(text(), "stderr:warn\n") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no live output: state %s, chunks %q", state, text())
+		}
+		rec, more, err := h.srv.Follow(ctx, "alice", inv.ID, state, len(live), 5*time.Second)
+		if err != nil || rec.State.Terminal() {
+			t.Fatalf("follow while gated: %+v %v", rec, err)
+		}
+		state, live = rec.State, append(live, more...)
+	}
+	if state != store.Running {
+		t.Fatalf("chunks %q in state %s", text(), state)
+	}
+	start := time.Now()
+	rec, more, err := h.srv.Follow(ctx, "alice", inv.ID, state, len(live), 300*time.Millisecond)
+	if err != nil || rec.State != store.Running || len(more) != 0 || time.Since(start) < 250*time.Millisecond {
+		t.Fatalf("nothing new: %s %q %v after %s, want running, no chunks, after the bound", rec.State, more, err, time.Since(start))
+	}
+	if _, _, err := h.srv.Follow(ctx, "bob", inv.ID, "", 0, 0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("another tenant's: %v", err)
+	}
+	openGates(t, h.dir)
+	for !rec.State.Terminal() {
+		if rec, more, err = h.srv.Follow(ctx, "alice", inv.ID, rec.State, len(live), 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		live = append(live, more...)
+	}
+	final := sandbox.Replay(rec.Chunks, rec.Result)
+	if rec.State != store.Done || string(rec.Result.Stdout) != "first\nsecond\n" || len(live) > len(final) || !reflect.DeepEqual(live, final[:len(live)]) {
+		t.Fatalf("ended %s %q; live %q is not a prefix of the record's %q", rec.State, rec.Result.Stdout, live, final)
+	}
 }

@@ -38,6 +38,11 @@ type Cluster interface {
 	// waiting up to wait for it to end; store.ErrNotFound if no node
 	// holds it for that tenant.
 	Get(ctx context.Context, tenant, id string, wait time.Duration) (store.Invocation, error)
+	// Follow returns the tenant's record id from the node that holds it
+	// with its live chunks past the first have, waiting up to wait for a
+	// change from state and have; store.ErrNotFound if no node holds it
+	// for that tenant.
+	Follow(ctx context.Context, tenant, id string, state store.State, have int, wait time.Duration) (store.Invocation, []sandbox.Chunk, error)
 	// Placed tells the cluster that this node holds inv's record, created
 	// then (a local submit), so that the other nodes can answer GET for it
 	// (and retry it, if it is idempotent and this node is lost).
