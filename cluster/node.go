@@ -53,6 +53,10 @@ type Options struct {
 	// a NATS cluster of three or more keeps the cluster serving when one
 	// server stops. Zero means 1.
 	Replicas int
+	// PinQueues requires the region's queue to live on NATS servers tagged
+	// region:<Region>; false places it elsewhere, with a warning, where
+	// the NATS has too few of them for Replicas.
+	PinQueues bool
 	// Capacity is what the node advertises it can run at once.
 	Capacity int
 	// Required is the strength an invocation's policy requires on this

@@ -89,17 +89,9 @@ type heldMsg struct {
 // where they are tagged) and starts the node's puller; the returned stops
 // end it and wait for the messages it took.
 func (n *Node) consume(ctx context.Context, ex Executor, backends []Backend) ([]func(), error) {
-	cfg := jetstream.StreamConfig{Name: streamName(n.o.Region), Subjects: []string{workPrefix + n.o.Region + ".>"},
-		Description: "wovyr work for region " + n.o.Region, Retention: jetstream.WorkQueuePolicy,
-		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, Replicas: n.o.Replicas}
-	var st jetstream.Stream
-	err := retry(ctx, func(ctx context.Context) error {
-		var err error
-		st, err = n.js.CreateOrUpdateStream(ctx, cfg)
-		return err
-	})
+	st, err := n.regionStream(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: stream %s: %w", cfg.Name, err)
+		return nil, err
 	}
 	for _, b := range backends {
 		// The consumer of one backend for every tenant, as nodes before
@@ -127,6 +119,59 @@ func (n *Node) consume(ctx context.Context, ex Executor, backends []Backend) ([]
 	go func() { defer close(done); p.run(pctx) }()
 	return []func(){func() { _ = sub.Unsubscribe(); stop(); <-done }, p.wg.Wait}, nil
 }
+
+// regionStream creates (or updates) the region's queue, pinned to the
+// NATS servers tagged region:<region> (EmbeddedOptions.Region): a queued
+// invocation, its stdin and files with it, is the region's data. Where the
+// NATS has fewer such servers than Replicas — a three-server NATS across
+// two regions has at most two in one of them, and a stream of two stops
+// with either — it is placed on any servers instead, with a warning,
+// unless the deployment requires pinning (Options.PinQueues): then the
+// node serves no queue rather than one outside its region.
+func (n *Node) regionStream(ctx context.Context) (jetstream.Stream, error) {
+	tag := "region:" + n.o.Region
+	cfg := jetstream.StreamConfig{Name: streamName(n.o.Region), Subjects: []string{workPrefix + n.o.Region + ".>"},
+		Description: "wovyr work for region " + n.o.Region, Retention: jetstream.WorkQueuePolicy,
+		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, Replicas: n.o.Replicas,
+		Placement: &jetstream.Placement{Tags: []string{tag}}}
+	var st jetstream.Stream
+	var unplaceable error
+	create := func() error {
+		return retry(ctx, func(ctx context.Context) error {
+			var err error
+			st, err = n.js.CreateOrUpdateStream(ctx, cfg)
+			var api *jetstream.APIError
+			if errors.As(err, &api) && (api.ErrorCode == jsNoPeers || api.ErrorCode == jsInsufficient) {
+				unplaceable = err // not passing: no retry
+				return nil
+			}
+			return err
+		})
+	}
+	if err := create(); err != nil {
+		return nil, fmt.Errorf("cluster: stream %s: %w", cfg.Name, err)
+	}
+	if unplaceable == nil {
+		return st, nil
+	}
+	if n.o.PinQueues {
+		return nil, fmt.Errorf("cluster: stream %s: region %s's queue must live on NATS servers tagged %s, and the NATS has too few for %d replicas: %w",
+			cfg.Name, n.o.Region, tag, n.o.Replicas, unplaceable)
+	}
+	n.log.Warn("cluster: the region's queue is not pinned to its region's NATS servers", "stream", cfg.Name, "tag", tag,
+		"replicas", n.o.Replicas, "error", unplaceable)
+	cfg.Placement, unplaceable = nil, nil
+	if err := create(); err != nil || unplaceable != nil {
+		return nil, fmt.Errorf("cluster: stream %s: %w", cfg.Name, errors.Join(err, unplaceable))
+	}
+	return st, nil
+}
+
+// JetStream's error codes for a stream it cannot place.
+const (
+	jsNoPeers      jetstream.ErrorCode = 10005 // no suitable peers for placement
+	jsInsufficient jetstream.ErrorCode = 10023 // insufficient resources
+)
 
 // poke wakes the loop; it never blocks.
 func (p *puller) poke() {

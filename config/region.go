@@ -64,6 +64,12 @@ type NATS struct {
 	// region's queue waits for a node there to take it before it answers
 	// 202 with the queued record. Zero means 5s.
 	AcceptWait Duration `json:"accept_wait,omitempty"`
+	// PinQueues requires each region's queue (a JetStream stream holding
+	// queued invocations, their stdin and files) to live on NATS servers
+	// tagged region:<region> (embedded servers are tagged with their
+	// node's region). False places it on any servers, with a warning,
+	// where the NATS has too few of them for Replicas.
+	PinQueues bool `json:"pin_queues,omitempty"`
 	// QueueTimeout is how long an invocation may wait in its region's
 	// queue for a node with room; past it, it ends failed (unavailable).
 	// Zero means 10m.

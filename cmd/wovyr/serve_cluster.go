@@ -63,7 +63,7 @@ func joinCluster(ctx context.Context, cfg config.Config, stateDir string, mgr *m
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	n, err := cluster.Connect(cctx, cluster.Options{Name: cfg.Node, Region: cfg.Region, Zone: cfg.Zone, URL: url,
-		Heartbeat: cfg.NATS.Heartbeat.D(), AcceptTimeout: cfg.NATS.AcceptWait.D(), QueueTimeout: cfg.NATS.QueueTimeout.D(), Replicas: cfg.NATS.Replicas, Retention: cfg.Retention.D(), Capacity: cfg.Concurrency,
+		Heartbeat: cfg.NATS.Heartbeat.D(), AcceptTimeout: cfg.NATS.AcceptWait.D(), QueueTimeout: cfg.NATS.QueueTimeout.D(), PinQueues: cfg.NATS.PinQueues, Replicas: cfg.NATS.Replicas, Retention: cfg.Retention.D(), Capacity: cfg.Concurrency,
 		Required: mgr.Required, Logger: log})
 	if err != nil {
 		stop()

@@ -1,0 +1,67 @@
+package cluster_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wovyr/wovyr/cluster"
+)
+
+// TestRegionQueuesStayInRegion: each region's queue (its stream, which
+// holds queued invocations with their stdin and files) lives on the NATS
+// servers of that region: us-east's on us-1's server alone, eu-west's on
+// eu-1's or eu-2's. A node that requires pinning where the NATS has too
+// few of its region's servers for the replicas it asks serves no queue and
+// says why, rather than placing one outside its region.
+func TestRegionQueuesStayInRegion(t *testing.T) {
+	nodes := startCluster(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc, err := nats.Connect(nodes[0].nats.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for region, servers := range map[string][]string{"us-east": {"us-1"}, "eu-west": {"eu-1", "eu-2"}} {
+		st, err := js.Stream(ctx, "WOVYR_WORK_"+region)
+		if err != nil {
+			t.Fatalf("%s: %v", region, err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil || info.Cluster == nil {
+			t.Fatalf("%s: %+v %v", region, info, err)
+		}
+		if !slices.Contains(servers, info.Cluster.Leader) || len(info.Cluster.Replicas) != 0 || info.Config.Placement == nil || info.Config.Placement.Tags[0] != "region:"+region {
+			t.Fatalf("%s's queue on %q (replicas %v, placement %+v), want one of %v", region, info.Cluster.Leader, info.Cluster.Replicas, info.Config.Placement, servers)
+		}
+	}
+
+	strict, err := cluster.Connect(ctx, cluster.Options{Name: "us-strict", Region: "us-east", URL: nodes[2].nats.ClientURL(),
+		Heartbeat: 400 * time.Millisecond, Replicas: 3, PinQueues: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer strict.Close()
+	err = strict.Serve(ctx, &acceptAll{})
+	if err == nil || !strings.Contains(err.Error(), "region us-east's queue must live on NATS servers tagged region:us-east, and the NATS has too few for 3 replicas") {
+		t.Fatalf("a pinned queue of 3 replicas in a region of one server: %v", err)
+	}
+	// The region's queue is as it was.
+	st, err := js.Stream(ctx, "WOVYR_WORK_us-east")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := st.Info(ctx); err != nil || info.Cluster.Leader != "us-1" || info.Config.Replicas != 1 {
+		t.Fatalf("us-east's queue after the refusal: %+v %v", info, err)
+	}
+}
