@@ -20,6 +20,7 @@ import (
 	"github.com/wovyr/wovyr/client"
 	"github.com/wovyr/wovyr/cluster"
 	"github.com/wovyr/wovyr/config"
+	"github.com/wovyr/wovyr/gpu"
 	"github.com/wovyr/wovyr/internal/nativecert"
 	"github.com/wovyr/wovyr/manager"
 	"github.com/wovyr/wovyr/sandbox"
@@ -100,11 +101,16 @@ func freePorts(t testing.TB, k int) []int {
 // cluster on loopback, and waits until each sees all three live.
 func startCluster(t testing.TB, replicas int) []*testNode {
 	t.Helper()
-	specs := []nodeSpec{{"eu-1", "eu-west"}, {"eu-2", "eu-west"}, {"us-1", "us-east"}}
+	specs := []nodeSpec{{"eu-1", "eu-west", 0}, {"eu-2", "eu-west", 0}, {"us-1", "us-east", 0}}
 	return startNodes(t, specs, replicas, nodeConfig, cluster.Options{Heartbeat: 400 * time.Millisecond, Capacity: 8})
 }
 
-type nodeSpec struct{ name, region string }
+// nodeSpec is a test node: its name, its region, and how many (fake)
+// GPUs it has.
+type nodeSpec struct {
+	name, region string
+	gpus         int
+}
 
 // startNodes starts a node per spec over a NATS cluster of as many servers
 // on loopback, each node's config made by conf and its cluster options
@@ -130,7 +136,7 @@ func startNodes(t testing.TB, specs []nodeSpec, replicas int, conf func(name, re
 			defer wg.Done()
 			no := o
 			no.Name, no.Region, no.Replicas = sp.name, sp.region, replicas
-			nodes[i], errs[i] = startNode(t, ctx, conf(sp.name, sp.region), no, fmt.Sprintf("127.0.0.1:%d", routes[i]), routeURLs)
+			nodes[i], errs[i] = startNode(t, ctx, conf(sp.name, sp.region), no, sp.gpus, fmt.Sprintf("127.0.0.1:%d", routes[i]), routeURLs)
 		}()
 	}
 	wg.Wait()
@@ -148,7 +154,7 @@ func startNodes(t testing.TB, specs []nodeSpec, replicas int, conf func(name, re
 	return nodes
 }
 
-func startNode(t testing.TB, ctx context.Context, cfg config.Config, o cluster.Options, routeAddr string, routes []string) (*testNode, error) {
+func startNode(t testing.TB, ctx context.Context, cfg config.Config, o cluster.Options, gpus int, routeAddr string, routes []string) (*testNode, error) {
 	name, region := o.Name, o.Region
 	dir, err := os.MkdirTemp("", "wovyr-cluster-test-")
 	if err != nil {
@@ -188,7 +194,17 @@ func startNode(t testing.TB, ctx context.Context, cfg config.Config, o cluster.O
 	if err != nil {
 		return nil, err
 	}
-	srv, err := server.New(server.Options{Config: cfg, Manager: mgr, Store: st, Logger: log, Cluster: cn})
+	so := server.Options{Config: cfg, Manager: mgr, Store: st, Logger: log, Cluster: cn}
+	if gpus > 0 {
+		alloc, err := gpu.NewAllocator(ctx, gpu.NewFake(gpus, 16<<30), log)
+		if err != nil {
+			return nil, err
+		}
+		if so.Admission, err = server.NewFairGPU(cfg, alloc); err != nil {
+			return nil, err
+		}
+	}
+	srv, err := server.New(so)
 	if err != nil {
 		return nil, err
 	}

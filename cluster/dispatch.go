@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wovyr/wovyr/gpu"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/store"
 )
@@ -184,9 +185,6 @@ func (n *Node) respond(m *nats.Msg, a answer) {
 // queued record, which every node answers until a node takes it. With
 // wait, it then waits for the record to end.
 func (n *Node) Dispatch(ctx context.Context, region string, inv *sandbox.Invocation, wait time.Duration) (store.Invocation, error) {
-	if inv.Resources.GPU > 0 {
-		return store.Invocation{}, sandbox.Errorf(sandbox.FloorUnmet, "resources.gpu", "GPU work runs only on a node of the region that accepts it; it is not dispatched to region %s", region)
-	}
 	start := time.Now()
 	rec, err := n.publish(ctx, region, inv, 1)
 	if err != nil || wait <= 0 || rec.State.Terminal() {
@@ -296,17 +294,21 @@ func (n *Node) queue(ctx context.Context, region string, inv *sandbox.Invocation
 	return store.Invocation{}, sandbox.Wrap(unavailable, err, "invocation %s is in region %s's queue, but the cluster could not record it; retry", inv.ID, pl.Region)
 }
 
-// pick is the backend a dispatch goes to: the weakest at or above the
-// required strength that accepts the kind and that some live node of
-// region certified. It never picks one below the requirement.
+// pick is the subject token a dispatch goes to: the weakest backend at or
+// above the required strength that accepts the kind and that some live
+// node of region certified — for GPU work, a node with enough matching
+// devices, under the token gpu-<backend> that only nodes with GPUs pull.
+// It never picks one below the requirement.
 func (n *Node) pick(region string, inv *sandbox.Invocation) (string, error) {
 	required := sandbox.DefaultFloor(inv.Policy.Trust)
 	if n.o.Required != nil {
 		required = n.o.Required(inv.Policy)
 	}
+	r := inv.Resources
+	req := gpu.Request{Count: r.GPU, MIGProfile: r.GPUMIGProfile, MinMemoryBytes: r.GPUMinMemoryBytes}
 	var best *Backend
 	for _, in := range n.Live() {
-		if in.Region != region {
+		if in.Region != region || !hasGPUs(in, req) {
 			continue
 		}
 		for i, b := range in.Backends {
@@ -315,10 +317,30 @@ func (n *Node) pick(region string, inv *sandbox.Invocation) (string, error) {
 			}
 		}
 	}
-	if best == nil {
+	switch {
+	case best == nil && req.Count > 0:
+		return "", sandbox.Errorf(sandbox.FloorUnmet, "resources.gpu", "no live node of region %s has %d matching GPUs and a certified backend at or above %s for a %s workload", region, req.Count, required, inv.Workload.Kind)
+	case best == nil:
 		return "", sandbox.Errorf(sandbox.FloorUnmet, "", "no live node of region %s has a certified backend at or above %s for a %s workload", region, required, inv.Workload.Kind)
+	case req.Count > 0:
+		return gpuToken + best.Name, nil
 	}
 	return best.Name, nil
+}
+
+// gpuToken prefixes the backend token of GPU work's subjects.
+const gpuToken = "gpu-"
+
+// hasGPUs reports whether in has the devices req asks for (any node does
+// for a request of none).
+func hasGPUs(in Info, req gpu.Request) bool {
+	k := int64(0)
+	for _, g := range in.GPUs {
+		if req.Matches(gpu.Device{MIGProfile: g.MIGProfile, MemoryBytes: g.MemoryBytes}) {
+			k++
+		}
+	}
+	return k >= req.Count
 }
 
 func acceptsKind(b Backend, k sandbox.WorkloadKind) bool {

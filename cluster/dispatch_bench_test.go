@@ -35,6 +35,8 @@ func (a *acceptAll) Follow(context.Context, string, string, store.State, int, ti
 	return store.Invocation{}, nil, store.ErrNotFound
 }
 
+func (a *acceptAll) GPUs() []cluster.GPU { return nil }
+
 func (a *acceptAll) Room() int { return 64 }
 
 func (a *acceptAll) Weights() map[string]int { return map[string]int{"alice": 1} }

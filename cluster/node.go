@@ -74,6 +74,13 @@ type Backend struct {
 	Kinds    []sandbox.WorkloadKind `json:"kinds"`
 }
 
+// GPU is one of a node's GPU devices (or MIG instances) in its registry
+// entry: what a GPU request is matched against.
+type GPU struct {
+	MIGProfile  string `json:"mig_profile,omitempty"`
+	MemoryBytes int64  `json:"memory_bytes"`
+}
+
 // Executor is what a node runs dispatched work with: the server's normal
 // path (package server's *Server).
 type Executor interface {
@@ -97,6 +104,8 @@ type Executor interface {
 	// Room is how many more invocations the node takes from its region's
 	// queue now (zero or less: none until Node.Freed).
 	Room() int
+	// GPUs are the node's GPU devices (none: it takes no GPU work).
+	GPUs() []GPU
 	// Weights are the tenants the node serves and their weights: whose
 	// work it pulls, and in what proportion.
 	Weights() map[string]int
@@ -220,7 +229,7 @@ func (n *Node) Serve(ctx context.Context, ex Executor) error {
 			return err
 		}
 	}
-	info := Info{Name: n.o.Name, Region: n.o.Region, Zone: n.o.Zone, Backends: backends, Capacity: n.o.Capacity, Started: time.Now()}
+	info := Info{Name: n.o.Name, Region: n.o.Region, Zone: n.o.Zone, Backends: backends, GPUs: ex.GPUs(), Capacity: n.o.Capacity, Started: time.Now()}
 	if err := n.heartbeat(ctx, info); err != nil {
 		return err
 	}

@@ -103,8 +103,12 @@ func (n *Node) consume(ctx context.Context, ex Executor, backends []Backend) ([]
 	weights := ex.Weights()
 	p := &puller{n: n, ex: ex, st: st, backends: map[string]bool{}, tenants: map[string]bool{},
 		fair: newWeighted(weights), poked: make(chan struct{}, 1), freed: make(chan struct{}), holders: map[string]*holder{}, turn: map[string]int{}}
+	gpus := len(ex.GPUs()) > 0
 	for _, b := range backends {
 		p.backends[b.Name] = true
+		if gpus {
+			p.backends[gpuToken+b.Name] = true // its GPU work: only a node with GPUs pulls it
+		}
 	}
 	for t := range weights {
 		p.tenants[t] = true

@@ -19,6 +19,8 @@ type Info struct {
 	Region   string    `json:"region"`
 	Zone     string    `json:"zone,omitempty"`
 	Backends []Backend `json:"backends"`
+	// GPUs are the node's devices, as GPU requests match them.
+	GPUs     []GPU     `json:"gpus,omitempty"`
 	Capacity int       `json:"capacity"`
 	Started  time.Time `json:"started"`
 	// Seen is when the node wrote this entry: the heartbeat.

@@ -136,7 +136,7 @@ func (a *Allocator) Place(t sched.Task) ([]string, bool) {
 	}
 	var pick []int
 	for i, s := range a.slots {
-		if s.state == Free && w.req.matches(s.dev) {
+		if s.state == Free && w.req.Matches(s.dev) {
 			pick = append(pick, i)
 			if int64(len(pick)) == w.req.Count {
 				break

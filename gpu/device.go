@@ -85,8 +85,8 @@ func validProfile(p string) bool {
 	return true
 }
 
-// matches says d can serve one unit of r.
-func (r Request) matches(d Device) bool {
+// Matches says d can serve one unit of r.
+func (r Request) Matches(d Device) bool {
 	if r.MIGProfile != d.MIGProfile {
 		return false
 	}

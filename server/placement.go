@@ -128,7 +128,7 @@ func (s *Server) place(t *tenant, inv *sandbox.Invocation) (string, error) {
 // through the region's queue rather than straight to this node: when the
 // region has other live nodes, so that the tenants' weights hold across
 // them, whichever node each tenant submits to. GPU work stays on the node
-// that accepts it (the cluster does not dispatch it).
+// that accepts it: its devices are that node's to schedule.
 func (s *Server) sharesRegion(inv *sandbox.Invocation) bool {
 	return s.shared() && inv.Resources.GPU == 0 && s.cluster.Peers(s.cfg.Region) > 1
 }
@@ -141,6 +141,20 @@ func (s *Server) Room() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return 2*max(s.cfg.Concurrency, 1) - len(s.jobs)
+}
+
+// GPUs are this node's GPU devices for its registry entry
+// (cluster.Executor); none without an allocator.
+func (s *Server) GPUs() []cluster.GPU {
+	a := s.gpus()
+	if a == nil {
+		return nil
+	}
+	var out []cluster.GPU
+	for _, as := range a.Snapshot() {
+		out = append(out, cluster.GPU{MIGProfile: as.Device.MIGProfile, MemoryBytes: as.Device.MemoryBytes})
+	}
+	return out
 }
 
 // Weights are this node's tenants and their weights (cluster.Executor).
