@@ -24,6 +24,10 @@ const (
 	hdrCreated  = "Wovyr-Created"   // UnixNano when the API node published it
 )
 
+// publishRetries bounds the publishes of a dispatch whose first publish
+// failed.
+const publishRetries = 3
+
 // Class of a cluster that cannot take or answer for work now, and of an
 // invocation no node of its region took before its queue deadline. 503
 // with Retry-After, like any "not now".
@@ -241,6 +245,18 @@ func (n *Node) publish(ctx context.Context, region string, inv *sandbox.Invocati
 	pctx, cancel := context.WithTimeout(ctx, n.o.AcceptTimeout)
 	defer cancel()
 	ack, err := n.js.PublishMsg(pctx, msg)
+	for again := 1; err != nil && again <= publishRetries && pctx.Err() == nil; again++ {
+		// The stream may have stored it and its ack been lost (a leader
+		// moving): the same message id again is one message, so asking
+		// again is safe, and a duplicate then means the first was stored.
+		select {
+		case <-pctx.Done():
+		case <-time.After(time.Duration(again) * 50 * time.Millisecond):
+		}
+		if ack, err = n.js.PublishMsg(pctx, msg); err == nil && ack.Duplicate {
+			ack.Duplicate = false
+		}
+	}
 	if err != nil {
 		return none, sandbox.Wrap(unavailable, err, "region %s did not take the invocation", region)
 	}
