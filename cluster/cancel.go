@@ -66,6 +66,9 @@ func (n *Node) Cancel(ctx context.Context, tenant, id string) (store.Invocation,
 	case a.Record == nil:
 		return store.Invocation{}, answerError(a)
 	}
+	if err := n.complete(ctx, pl.Node, tenant, &a); err != nil {
+		return store.Invocation{}, err
+	}
 	return *a.Record, nil
 }
 

@@ -101,7 +101,7 @@ func freePorts(t testing.TB, k int) []int {
 // cluster on loopback, and waits until each sees all three live.
 func startCluster(t testing.TB, replicas int) []*testNode {
 	t.Helper()
-	specs := []nodeSpec{{"eu-1", "eu-west", 0}, {"eu-2", "eu-west", 0}, {"us-1", "us-east", 0}}
+	specs := []nodeSpec{{name: "eu-1", region: "eu-west"}, {name: "eu-2", region: "eu-west"}, {name: "us-1", region: "us-east"}}
 	return startNodes(t, specs, replicas, nodeConfig, cluster.Options{Heartbeat: 400 * time.Millisecond, Capacity: 8})
 }
 
@@ -110,6 +110,7 @@ func startCluster(t testing.TB, replicas int) []*testNode {
 type nodeSpec struct {
 	name, region string
 	gpus         int
+	maxPayload   int32 // of its NATS server; 0: the default
 }
 
 // startNodes starts a node per spec over a NATS cluster of as many servers
@@ -136,7 +137,7 @@ func startNodes(t testing.TB, specs []nodeSpec, replicas int, conf func(name, re
 			defer wg.Done()
 			no := o
 			no.Name, no.Region, no.Replicas = sp.name, sp.region, replicas
-			nodes[i], errs[i] = startNode(t, ctx, conf(sp.name, sp.region), no, sp.gpus, fmt.Sprintf("127.0.0.1:%d", routes[i]), routeURLs)
+			nodes[i], errs[i] = startNode(t, ctx, conf(sp.name, sp.region), no, sp, fmt.Sprintf("127.0.0.1:%d", routes[i]), routeURLs)
 		}()
 	}
 	wg.Wait()
@@ -154,7 +155,7 @@ func startNodes(t testing.TB, specs []nodeSpec, replicas int, conf func(name, re
 	return nodes
 }
 
-func startNode(t testing.TB, ctx context.Context, cfg config.Config, o cluster.Options, gpus int, routeAddr string, routes []string) (*testNode, error) {
+func startNode(t testing.TB, ctx context.Context, cfg config.Config, o cluster.Options, sp nodeSpec, routeAddr string, routes []string) (*testNode, error) {
 	name, region := o.Name, o.Region
 	dir, err := os.MkdirTemp("", "wovyr-cluster-test-")
 	if err != nil {
@@ -164,7 +165,7 @@ func startNode(t testing.TB, ctx context.Context, cfg config.Config, o cluster.O
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	clientPort := freePorts(t, 1)[0] // fixed, so that a restart keeps it
 	eo := cluster.EmbeddedOptions{Name: name, Region: region, Listen: fmt.Sprintf("127.0.0.1:%d", clientPort),
-		ClusterListen: routeAddr, ClusterName: "wovyr-test", Routes: routes, StoreDir: filepath.Join(dir, "nats")}
+		ClusterListen: routeAddr, ClusterName: "wovyr-test", Routes: routes, StoreDir: filepath.Join(dir, "nats"), MaxPayload: sp.maxPayload}
 	ns, err := cluster.StartEmbedded(eo)
 	if err != nil {
 		return nil, err
@@ -195,8 +196,8 @@ func startNode(t testing.TB, ctx context.Context, cfg config.Config, o cluster.O
 		return nil, err
 	}
 	so := server.Options{Config: cfg, Manager: mgr, Store: st, Logger: log, Cluster: cn}
-	if gpus > 0 {
-		alloc, err := gpu.NewAllocator(ctx, gpu.NewFake(gpus, 16<<30), log)
+	if sp.gpus > 0 {
+		alloc, err := gpu.NewAllocator(ctx, gpu.NewFake(sp.gpus, 16<<30), log)
 		if err != nil {
 			return nil, err
 		}

@@ -43,6 +43,8 @@ type answer struct {
 	Code    sandbox.Class     `json:"code,omitempty"`
 	Message string            `json:"message,omitempty"`
 	Field   string            `json:"field,omitempty"`
+	// Large is set when the record's output was left out (large.go).
+	Large *outputSizes `json:"large,omitempty"`
 }
 
 // getRequest asks a node for a record.
@@ -168,18 +170,9 @@ func (n *Node) answerGet(ctx context.Context, ex Executor, m *nats.Msg) {
 	n.respond(m, a)
 }
 
-// respond answers m with a, or with a typed failure if a is more than the
-// cluster carries.
-func (n *Node) respond(m *nats.Msg, a answer) {
-	b, err := json.Marshal(a)
-	if err != nil {
-		return
-	}
-	if len(b) > int(n.nc.MaxPayload()) {
-		b, _ = json.Marshal(answer{Code: sandbox.BackendFailure, Message: "the record is larger than the cluster carries"})
-	}
-	_ = m.Respond(b)
-}
+// respond answers m with a; a record larger than a message goes without
+// its output, which the reader then fetches (large.go).
+func (n *Node) respond(m *nats.Msg, a answer) { _ = m.Respond(n.encode(a)) }
 
 // Dispatch hands inv to region's queue, where a live node of the region
 // with room pulls it (pull.go): it picks the weakest backend at or above
@@ -386,6 +379,9 @@ func (n *Node) ask(ctx context.Context, node string, req getRequest) (store.Invo
 	}
 	if a.Record == nil {
 		return store.Invocation{}, answerError(a)
+	}
+	if err := n.complete(ctx, node, req.Tenant, &a); err != nil {
+		return store.Invocation{}, err
 	}
 	return *a.Record, nil
 }

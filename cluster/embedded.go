@@ -31,6 +31,9 @@ type EmbeddedOptions struct {
 	Routes []string
 	// StoreDir holds JetStream's files.
 	StoreDir string
+	// MaxPayload is the largest message the server carries. Zero means
+	// the package's MaxPayload, the most a NATS server allows.
+	MaxPayload int32
 }
 
 // Embedded is a NATS server in this process.
@@ -51,6 +54,9 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 		MaxPayload: MaxPayload, NoSigs: true, NoLog: true,
 		// No HTTP monitoring, no leaf nodes, no websocket: loopback
 		// clients and routes only.
+	}
+	if o.MaxPayload > 0 {
+		opts.MaxPayload = o.MaxPayload
 	}
 	if o.Region != "" {
 		opts.Tags = []string{"region:" + o.Region}

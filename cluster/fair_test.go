@@ -50,7 +50,7 @@ func fairConfig(name, region string) config.Config {
 // work queued until the heavy one runs out; over that window each
 // tenant's starts across both nodes must be its weight's share.
 func TestClusterFairness(t *testing.T) {
-	nodes := startNodes(t, []nodeSpec{{"eu-1", "eu-west", 0}, {"eu-2", "eu-west", 0}}, 1, fairConfig,
+	nodes := startNodes(t, []nodeSpec{{name: "eu-1", region: "eu-west"}, {name: "eu-2", region: "eu-west"}}, 1, fairConfig,
 		cluster.Options{Heartbeat: 400 * time.Millisecond, Capacity: 1, AcceptTimeout: 200 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -153,7 +153,7 @@ func TestClusterFairness(t *testing.T) {
 // queue's deadline ends failed (unavailable), once, the same on every
 // node; and the region takes work again once it has room.
 func TestClusterQueue(t *testing.T) {
-	nodes := startNodes(t, []nodeSpec{{"eu-1", "eu-west", 0}, {"eu-2", "eu-west", 0}}, 1, fairConfig,
+	nodes := startNodes(t, []nodeSpec{{name: "eu-1", region: "eu-west"}, {name: "eu-2", region: "eu-west"}}, 1, fairConfig,
 		cluster.Options{Heartbeat: 400 * time.Millisecond, Capacity: 1, AcceptTimeout: 200 * time.Millisecond, QueueTimeout: 2 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

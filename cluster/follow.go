@@ -72,6 +72,9 @@ func (n *Node) Follow(ctx context.Context, tenant, id string, state store.State,
 	case a.Record == nil:
 		return store.Invocation{}, nil, answerError(a.answer)
 	}
+	if err := n.complete(ctx, pl.Node, tenant, &a.answer); err != nil {
+		return store.Invocation{}, nil, err
+	}
 	return *a.Record, a.Live, nil
 }
 
@@ -94,8 +97,10 @@ func (n *Node) answerFollow(ctx context.Context, ex Executor, m *nats.Msg) {
 	if err != nil {
 		return
 	}
-	if len(b) > int(n.nc.MaxPayload()) {
-		b, _ = json.Marshal(answer{Code: sandbox.BackendFailure, Message: "the record is larger than the cluster carries"})
+	if len(b) > n.maxMessage() {
+		// The record alone, as a get answers it (large.go); its live
+		// chunks come with the next answer.
+		b = n.encode(a.answer)
 	}
 	_ = m.Respond(b)
 }

@@ -17,7 +17,7 @@ import (
 // local submit; a region without such a node refuses it (409, naming the
 // GPUs), never places it elsewhere or on a node that cannot hold it.
 func TestClusterGPUDispatch(t *testing.T) {
-	nodes := startNodes(t, []nodeSpec{{"eu-1", "eu-west", 0}, {"us-1", "us-east", 2}}, 1, nodeConfig,
+	nodes := startNodes(t, []nodeSpec{{name: "eu-1", region: "eu-west"}, {name: "us-1", region: "us-east", gpus: 2}}, 1, nodeConfig,
 		cluster.Options{Heartbeat: 400 * time.Millisecond, Capacity: 8})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -218,6 +218,11 @@ func (n *Node) Serve(ctx context.Context, ex Executor) error {
 		return fmt.Errorf("cluster: subscribe: %w", err)
 	}
 	defer followSub.Unsubscribe()
+	partSub, err := n.nc.Subscribe(nodePrefix+n.o.Name+".part", func(m *nats.Msg) { go n.answerPart(ctx, ex, m) })
+	if err != nil {
+		return fmt.Errorf("cluster: subscribe: %w", err)
+	}
+	defer partSub.Unsubscribe()
 	var stops []func()
 	defer func() {
 		for _, stop := range stops {
