@@ -58,6 +58,7 @@ type testNode struct {
 	natsOpts          cluster.EmbeddedOptions
 	nats              *cluster.Embedded
 	node              *cluster.Node
+	store             *store.Store
 	stop              func()
 }
 
@@ -216,7 +217,7 @@ func startNode(t testing.TB, ctx context.Context, cfg config.Config, o cluster.O
 	rctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(rctx, ln) }()
-	n := &testNode{name: name, region: region, url: "http://" + ln.Addr().String(), natsOpts: eo, nats: ns, node: cn}
+	n := &testNode{name: name, region: region, url: "http://" + ln.Addr().String(), natsOpts: eo, nats: ns, node: cn, store: st}
 	var once sync.Once
 	n.stop = func() {
 		once.Do(func() {

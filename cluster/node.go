@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -229,8 +230,9 @@ func (n *Node) Serve(ctx context.Context, ex Executor) error {
 			stop()
 		}
 	}()
+	var pull *puller
 	if n.o.Region != "" {
-		if stops, err = n.consume(ctx, ex, backends); err != nil {
+		if pull, stops, err = n.consume(ctx, ex, backends); err != nil {
 			return err
 		}
 	}
@@ -251,11 +253,25 @@ func (n *Node) Serve(ctx context.Context, ex Executor) error {
 			cancel()
 			return nil
 		case <-t.C:
+			// A backend certified or decertified meanwhile (wovyr certify,
+			// a changed capability) shows in the next beat, and the node
+			// pulls accordingly.
+			if now := ex.Certified(ctx); !slices.EqualFunc(now, info.Backends, sameBackend) {
+				n.log.Info("cluster: certified backends changed", "backends", len(now))
+				info.Backends = now
+				if pull != nil {
+					pull.certified(now)
+				}
+			}
 			if err := n.heartbeat(ctx, info); err != nil && ctx.Err() == nil {
 				n.log.Warn("cluster heartbeat", "error", err)
 			}
 		}
 	}
+}
+
+func sameBackend(a, b Backend) bool {
+	return a.Name == b.Name && a.Strength == b.Strength && slices.Equal(a.Kinds, b.Kinds)
 }
 
 func (n *Node) heartbeat(ctx context.Context, info Info) error {

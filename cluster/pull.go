@@ -58,7 +58,8 @@ type puller struct {
 	n        *Node
 	ex       Executor
 	st       jetstream.Stream
-	backends map[string]bool // the ones this node certified
+	backends map[string]bool // subject tokens of the backends this node certified now; guarded by mu
+	gpus     bool            // the node has GPUs: it pulls GPU work too
 	tenants  map[string]bool // the ones this node knows
 	fair     *weighted
 	poked    chan struct{}
@@ -88,10 +89,10 @@ type heldMsg struct {
 // consume creates the region's stream (placed on the region's servers
 // where they are tagged) and starts the node's puller; the returned stops
 // end it and wait for the messages it took.
-func (n *Node) consume(ctx context.Context, ex Executor, backends []Backend) ([]func(), error) {
+func (n *Node) consume(ctx context.Context, ex Executor, backends []Backend) (*puller, []func(), error) {
 	st, err := n.regionStream(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, b := range backends {
 		// The consumer of one backend for every tenant, as nodes before
@@ -103,13 +104,8 @@ func (n *Node) consume(ctx context.Context, ex Executor, backends []Backend) ([]
 	weights := ex.Weights()
 	p := &puller{n: n, ex: ex, st: st, backends: map[string]bool{}, tenants: map[string]bool{},
 		fair: newWeighted(weights), poked: make(chan struct{}, 1), freed: make(chan struct{}), holders: map[string]*holder{}, turn: map[string]int{}}
-	gpus := len(ex.GPUs()) > 0
-	for _, b := range backends {
-		p.backends[b.Name] = true
-		if gpus {
-			p.backends[gpuToken+b.Name] = true // its GPU work: only a node with GPUs pulls it
-		}
-	}
+	p.gpus = len(ex.GPUs()) > 0
+	p.certified(backends)
 	for t := range weights {
 		p.tenants[t] = true
 	}
@@ -117,11 +113,11 @@ func (n *Node) consume(ctx context.Context, ex Executor, backends []Backend) ([]
 	sub, err := n.nc.Subscribe(wakeSubject(n.o.Region), func(m *nats.Msg) { p.ensure(pctx, string(m.Data)) })
 	if err != nil {
 		stop()
-		return nil, fmt.Errorf("cluster: subscribe: %w", err)
+		return nil, nil, fmt.Errorf("cluster: subscribe: %w", err)
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); p.run(pctx) }()
-	return []func(){func() { _ = sub.Unsubscribe(); stop(); <-done }, p.wg.Wait}, nil
+	return p, []func(){func() { _ = sub.Unsubscribe(); stop(); <-done }, p.wg.Wait}, nil
 }
 
 // regionStream creates (or updates) the region's queue, pinned to the
@@ -177,6 +173,29 @@ const (
 	jsInsufficient jetstream.ErrorCode = 10023 // insufficient resources
 )
 
+// certified sets the backends the node pulls work for: those it certified
+// now. A holder of a backend no longer among them gives back what it
+// holds and stops (hold, takeHeld).
+func (p *puller) certified(backends []Backend) {
+	set := map[string]bool{}
+	for _, b := range backends {
+		set[b.Name] = true
+		if p.gpus {
+			set[gpuToken+b.Name] = true // its GPU work: only a node with GPUs pulls it
+		}
+	}
+	p.mu.Lock()
+	p.backends = set
+	p.mu.Unlock()
+	p.poke()
+}
+
+// serves reports whether the node pulls subj's work now. Call with mu.
+func (p *puller) serves(subj string) bool {
+	backend, tenant, ok := splitWork(p.n.o.Region, subj)
+	return ok && p.backends[backend] && p.tenants[tenant]
+}
+
 // poke wakes the loop; it never blocks.
 func (p *puller) poke() {
 	select {
@@ -188,12 +207,12 @@ func (p *puller) poke() {
 // ensure starts subj's holder if this node serves subj (a backend it
 // certified, a tenant it knows) and has none.
 func (p *puller) ensure(ctx context.Context, subj string) {
-	backend, tenant, ok := splitWork(p.n.o.Region, subj)
-	if !ok || !p.backends[backend] || !p.tenants[tenant] {
-		return
-	}
+	backend, tenant, _ := splitWork(p.n.o.Region, subj)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !p.serves(subj) {
+		return
+	}
 	if _, ok := p.holders[subj]; ok || ctx.Err() != nil {
 		return
 	}
@@ -228,6 +247,10 @@ func (p *puller) hold(ctx context.Context, h *holder, backend string) {
 	last := time.Now()
 	for ctx.Err() == nil && time.Since(last) < holderIdle {
 		p.mu.Lock()
+		if !p.serves(h.subj) { // its backend's certification is gone
+			p.mu.Unlock()
+			return
+		}
 		released := h.released
 		h.released = false
 		p.mu.Unlock()
@@ -349,6 +372,15 @@ func (p *puller) run(ctx context.Context) {
 func (p *puller) takeHeld(ctx context.Context) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	for _, h := range p.holders {
+		if len(h.held) > 0 && !p.serves(h.subj) {
+			// Its backend's certification went while it held these:
+			// back to the queue, for a node that still has it.
+			for len(h.held) > 0 {
+				_ = h.shift().Nak()
+			}
+		}
+	}
 	has := func(tenant string) bool {
 		for _, h := range p.holders {
 			if len(h.held) > 0 && h.tenant == tenant {
