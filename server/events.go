@@ -165,14 +165,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, t *tenant)
 	}
 	s.follow(w, r, err, func() ([]client.Event, bool, <-chan struct{}, <-chan struct{}) {
 		ch := s.note.wait(id)
-		var live []sandbox.Chunk
-		var wake <-chan struct{}
-		s.mu.Lock()
-		j := s.jobs[id]
-		s.mu.Unlock()
-		if j != nil {
-			live, _, wake = j.out.Read(0)
-		}
+		live, wake := s.liveOutput(id, 0)
 		rec, err := s.store.Get(id)
 		if err != nil { // purged meanwhile
 			return nil, true, nil, nil
@@ -182,6 +175,20 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, t *tenant)
 		}
 		return invocationTimeline(rec, live), rec.State.Terminal(), ch, wake
 	})
+}
+
+// liveOutput is the output chunks of the invocation id this node runs,
+// from index from, and a channel closed when there are more; none (and
+// nil) once it no longer runs here.
+func (s *Server) liveOutput(id string, from int) ([]sandbox.Chunk, <-chan struct{}) {
+	s.mu.Lock()
+	j := s.jobs[id]
+	s.mu.Unlock()
+	if j == nil {
+		return nil, nil
+	}
+	chunks, _, more := j.out.Read(from)
+	return chunks, more
 }
 
 // remotePoll is how long one read of another node's record waits for it to
@@ -227,14 +234,7 @@ func (s *Server) Follow(ctx context.Context, tenant, id string, state store.Stat
 	defer timer.Stop()
 	for {
 		changed := s.note.wait(id)
-		var live []sandbox.Chunk
-		var more <-chan struct{}
-		s.mu.Lock()
-		j := s.jobs[id]
-		s.mu.Unlock()
-		if j != nil {
-			live, _, more = j.out.Read(have)
-		}
+		live, more := s.liveOutput(id, have)
 		rec, err := s.store.Get(id)
 		if err != nil {
 			return rec, nil, err
