@@ -28,7 +28,10 @@
 //     waits past its deadline (then it ends failed, unavailable).
 //   - Records stay where they ran: GET on another node finds the node in
 //     wovyr-placements and asks it (wovyr.node.<name>.get), for the same
-//     tenant only; another tenant's id is not found, as a missing one.
+//     tenant only; another tenant's id is not found, as a missing one. An
+//     event stream follows the run on its holder (.follow: the state and
+//     the live chunks as they come), and a record larger than one message
+//     crosses without its output, fetched then in pieces (.part).
 //
 // What it refuses to do: place an invocation outside the regions
 // residency allows (the API node picks among them, the executing node
