@@ -119,9 +119,10 @@ func (n *Node) take(ctx context.Context, ex Executor, m jetstream.Msg) {
 	}
 }
 
-// claim makes this node id's holder: its placement waits for a node (the
-// API node wrote it before publishing; a retry's, retry.go, after its first
-// node was lost). false: another node has it, or it ended without one
+// claim makes this node inv's holder: a new placement (create-only), or
+// one that waits for a node — written by its API node when no node
+// answered in time (queue), or by a retry after its first node was lost
+// (retry.go). false: another node has it, or it ended without one
 // (cancelled, expired).
 func (n *Node) claim(ctx context.Context, inv *sandbox.Invocation, m jetstream.Msg, retried bool) (bool, error) {
 	id := inv.ID
@@ -130,8 +131,7 @@ func (n *Node) claim(ctx context.Context, inv *sandbox.Invocation, m jetstream.M
 		h := m.Headers()
 		created, _ := strconv.ParseInt(h.Get(hdrCreated), 10, 64)
 		by, _ := strconv.ParseInt(h.Get(hdrDeadline), 10, 64)
-		pl, _ := json.Marshal(placement{Node: n.o.Name, Region: n.o.Region, Tenant: inv.Tenant, SpecDigest: store.Digest(inv),
-			Created: time.Unix(0, created), Expires: time.Unix(0, by), Spec: retrySpec(inv, m.Data())})
+		pl, _ := json.Marshal(newPlacement(inv, m.Data(), n.o.Name, n.o.Region, time.Unix(0, created), time.Unix(0, by)))
 		_, err := n.places.Create(ctx, id, pl)
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return err == nil, err
@@ -176,11 +176,11 @@ func (n *Node) respond(m *nats.Msg, a answer) { _ = m.Respond(n.encode(a)) }
 
 // Dispatch hands inv to region's queue, where a live node of the region
 // with room pulls it (pull.go): it picks the weakest backend at or above
-// the required strength that a live node there certified, records the
-// placement, publishes, and waits for a node's answer (its durable record
-// or its typed refusal) up to AcceptTimeout; no answer by then is the
-// queued record, which every node answers until a node takes it. With
-// wait, it then waits for the record to end.
+// the required strength that a live node there certified, publishes, and
+// waits for a node's answer (its durable record or its typed refusal) up
+// to AcceptTimeout; no answer by then is the queued record, which every
+// node answers until a node takes it (queue). With wait, it then waits for
+// the record to end.
 func (n *Node) Dispatch(ctx context.Context, region string, inv *sandbox.Invocation, wait time.Duration) (store.Invocation, error) {
 	start := time.Now()
 	rec, err := n.publish(ctx, region, inv, 1)
@@ -200,9 +200,8 @@ func (n *Node) Dispatch(ctx context.Context, region string, inv *sandbox.Invocat
 }
 
 // publish puts attempt (1, or 2 for a retry) of inv on region's queue and
-// waits for a node's answer: its durable record, or its refusal. The first
-// attempt's placement is written first, waiting for a node, so that the
-// invocation is answered for from the moment the queue holds it.
+// waits for a node's answer: its durable record, or its refusal; without
+// one, the placement records it as queued (queue).
 func (n *Node) publish(ctx context.Context, region string, inv *sandbox.Invocation, attempt int) (store.Invocation, error) {
 	var none store.Invocation
 	backend, err := n.pick(region, inv)
@@ -283,8 +282,7 @@ func (n *Node) queue(ctx context.Context, region string, inv *sandbox.Invocation
 	if attempt > 1 { // its placement exists: the retry's (retry.go)
 		return n.Get(ctx, inv.Tenant, inv.ID, 0)
 	}
-	pl := placement{Region: region, Tenant: inv.Tenant, SpecDigest: store.Digest(inv),
-		Created: created, Expires: by, Spec: retrySpec(inv, data)}
+	pl := newPlacement(inv, data, "", region, created, by)
 	b, _ := json.Marshal(pl)
 	_, err := n.places.Create(context.WithoutCancel(ctx), inv.ID, b)
 	if err == nil {
@@ -313,8 +311,7 @@ func (n *Node) pick(region string, inv *sandbox.Invocation) (string, error) {
 	if n.o.Required != nil {
 		required = n.o.Required(inv.Policy)
 	}
-	r := inv.Resources
-	req := gpu.Request{Count: r.GPU, MIGProfile: r.GPUMIGProfile, MinMemoryBytes: r.GPUMinMemoryBytes}
+	req := gpu.RequestFor(inv.Resources)
 	var best *Backend
 	for _, in := range n.Live() {
 		if in.Region != region || !hasGPUs(in, req) {

@@ -204,26 +204,16 @@ func (n *Node) Serve(ctx context.Context, ex Executor) error {
 	n.serving = true
 	n.mu.Unlock()
 	backends := ex.Certified(ctx)
-	getSub, err := n.nc.Subscribe(nodePrefix+n.o.Name+".get", func(m *nats.Msg) { go n.answerGet(ctx, ex, m) })
-	if err != nil {
-		return fmt.Errorf("cluster: subscribe: %w", err)
+	// The requests other nodes make of the records this node holds.
+	for verb, handle := range map[string]func(context.Context, Executor, *nats.Msg){
+		"get": n.answerGet, "cancel": n.answerCancel, "follow": n.answerFollow, "part": n.answerPart,
+	} {
+		sub, err := n.nc.Subscribe(nodePrefix+n.o.Name+"."+verb, func(m *nats.Msg) { go handle(ctx, ex, m) })
+		if err != nil {
+			return fmt.Errorf("cluster: subscribe: %w", err)
+		}
+		defer sub.Unsubscribe()
 	}
-	defer getSub.Unsubscribe()
-	cancelSub, err := n.nc.Subscribe(nodePrefix+n.o.Name+".cancel", func(m *nats.Msg) { go n.answerCancel(ctx, ex, m) })
-	if err != nil {
-		return fmt.Errorf("cluster: subscribe: %w", err)
-	}
-	defer cancelSub.Unsubscribe()
-	followSub, err := n.nc.Subscribe(nodePrefix+n.o.Name+".follow", func(m *nats.Msg) { go n.answerFollow(ctx, ex, m) })
-	if err != nil {
-		return fmt.Errorf("cluster: subscribe: %w", err)
-	}
-	defer followSub.Unsubscribe()
-	partSub, err := n.nc.Subscribe(nodePrefix+n.o.Name+".part", func(m *nats.Msg) { go n.answerPart(ctx, ex, m) })
-	if err != nil {
-		return fmt.Errorf("cluster: subscribe: %w", err)
-	}
-	defer partSub.Unsubscribe()
 	var stops []func()
 	defer func() {
 		for _, stop := range stops {
@@ -231,6 +221,7 @@ func (n *Node) Serve(ctx context.Context, ex Executor) error {
 		}
 	}()
 	var pull *puller
+	var err error
 	if n.o.Region != "" {
 		if pull, stops, err = n.consume(ctx, ex, backends); err != nil {
 			return err

@@ -56,6 +56,14 @@ type refusal struct {
 // holds it and it has not ended.
 func (p *placement) waiting() bool { return p.Node == "" && p.Lost == "" && p.Refusal == nil }
 
+// newPlacement is inv's placement on node ("": waiting in region's
+// queue until expires), created then; encoded is inv as JSON where the
+// caller has it (retrySpec).
+func newPlacement(inv *sandbox.Invocation, encoded []byte, node, region string, created, expires time.Time) placement {
+	return placement{Node: node, Region: region, Tenant: inv.Tenant, SpecDigest: store.Digest(inv),
+		Created: created, Expires: expires, Spec: retrySpec(inv, encoded)}
+}
+
 // lostReason is a placement's Lost for a node that left mid-invocation.
 func lostReason(node string) string {
 	return "node-lost: node " + node + " stopped answering while it ran"
@@ -64,8 +72,7 @@ func lostReason(node string) string {
 // Placed records that this node holds inv's record, created then (a
 // local submit).
 func (n *Node) Placed(ctx context.Context, inv *sandbox.Invocation, created time.Time) error {
-	pl, _ := json.Marshal(placement{Node: n.o.Name, Region: n.o.Region, Tenant: inv.Tenant, SpecDigest: store.Digest(inv),
-		Created: created, Spec: retrySpec(inv, nil)})
+	pl, _ := json.Marshal(newPlacement(inv, nil, n.o.Name, n.o.Region, created, time.Time{}))
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_, err := n.places.Create(ctx, inv.ID, pl)
@@ -111,10 +118,8 @@ func (n *Node) Get(ctx context.Context, tenant, id string, wait time.Duration) (
 		}
 	}
 	switch {
-	case pl.Lost != "":
-		return lostRecord(id, pl), nil
-	case pl.Refusal != nil:
-		return refusedRecord(id, pl), nil
+	case pl.Lost != "" || pl.Refusal != nil:
+		return recordOf(id, pl), nil
 	case pl.Node == "" && pl.Attempt == 2:
 		return n.retryPending(ctx, id, pl)
 	case pl.Node == "":
@@ -198,12 +203,16 @@ func (n *Node) expire(ctx context.Context, id string) store.Invocation {
 			"no node of region %s took invocation %s within %s", p.Region, id, p.Expires.Sub(p.Created).Round(time.Second)))}
 		return true
 	})
-	switch {
-	case errors.Is(err, store.ErrNotFound): // its API node never recorded it
-		return queuedRecord(id, pl)
-	case err != nil:
+	if err != nil && !errors.Is(err, store.ErrNotFound) { // not found: its API node never recorded it
 		n.log.Warn("cluster: expire a queued invocation", "id", id, "error", err)
-		return queuedRecord(id, pl)
+	}
+	return recordOf(id, pl)
+}
+
+// recordOf is what every node answers for id from its placement alone,
+// with no node to ask: lost, refused, or queued.
+func recordOf(id string, pl placement) store.Invocation {
+	switch {
 	case pl.Lost != "":
 		return lostRecord(id, pl)
 	case pl.Refusal != nil:

@@ -27,10 +27,11 @@ import (
 // certified the backend. (Consumers of a work-queue stream may not
 // overlap; these never do.) On each node a holder per subject keeps one
 // long pull open, so a message reaches a node as soon as it is stored, and
-// holds at most one message. The node's loop takes held messages while it
-// has room, by weight among the tenants holding one: while every tenant
-// has work waiting, each node holds one message of each, so its takes,
-// and the region's, follow the weights. A message held longer than
+// holds what it brings: one message, or a batch the size of the node's
+// room. The node's loop takes held messages while it has room, by weight
+// among the tenants holding one: while every tenant has work waiting,
+// each node holds a message of each, so its takes, and the region's,
+// follow the weights. A message held longer than
 // holdMax while the node has no room goes back to the queue for a node
 // that has.
 
@@ -60,7 +61,6 @@ type puller struct {
 	st       jetstream.Stream
 	backends map[string]bool // subject tokens of the backends this node certified now; guarded by mu
 	gpus     bool            // the node has GPUs: it pulls GPU work too
-	tenants  map[string]bool // the ones this node knows
 	fair     *weighted
 	poked    chan struct{}
 	inflight atomic.Int64 // taken, not yet accepted or refused
@@ -101,14 +101,10 @@ func (n *Node) consume(ctx context.Context, ex Executor, backends []Backend) (*p
 			n.log.Warn("cluster: remove an old consumer", "consumer", "work-"+b.Name, "error", err)
 		}
 	}
-	weights := ex.Weights()
-	p := &puller{n: n, ex: ex, st: st, backends: map[string]bool{}, tenants: map[string]bool{},
-		fair: newWeighted(weights), poked: make(chan struct{}, 1), freed: make(chan struct{}), holders: map[string]*holder{}, turn: map[string]int{}}
+	p := &puller{n: n, ex: ex, st: st, backends: map[string]bool{},
+		fair: newWeighted(ex.Weights()), poked: make(chan struct{}, 1), freed: make(chan struct{}), holders: map[string]*holder{}, turn: map[string]int{}}
 	p.gpus = len(ex.GPUs()) > 0
 	p.certified(backends)
-	for t := range weights {
-		p.tenants[t] = true
-	}
 	pctx, stop := context.WithCancel(ctx)
 	sub, err := n.nc.Subscribe(wakeSubject(n.o.Region), func(m *nats.Msg) { p.ensure(pctx, string(m.Data)) })
 	if err != nil {
@@ -193,7 +189,8 @@ func (p *puller) certified(backends []Backend) {
 // serves reports whether the node pulls subj's work now. Call with mu.
 func (p *puller) serves(subj string) bool {
 	backend, tenant, ok := splitWork(p.n.o.Region, subj)
-	return ok && p.backends[backend] && p.tenants[tenant]
+	_, known := p.fair.weight[tenant]
+	return ok && p.backends[backend] && known
 }
 
 // poke wakes the loop; it never blocks.
@@ -381,15 +378,14 @@ func (p *puller) takeHeld(ctx context.Context) {
 			}
 		}
 	}
-	has := func(tenant string) bool {
+	for p.room() > 0 {
+		holding := map[string]bool{}
 		for _, h := range p.holders {
-			if len(h.held) > 0 && h.tenant == tenant {
-				return true
+			if len(h.held) > 0 {
+				holding[h.tenant] = true
 			}
 		}
-		return false
-	}
-	for p.room() > 0 {
+		has := func(tenant string) bool { return holding[tenant] }
 		tenant := p.fair.choose(has)
 		if tenant == "" {
 			return

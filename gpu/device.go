@@ -60,6 +60,11 @@ type Request struct {
 	MinMemoryBytes int64
 }
 
+// RequestFor is the GPU request of an invocation's resources.
+func RequestFor(r sandbox.Resources) Request {
+	return Request{Count: r.GPU, MIGProfile: r.GPUMIGProfile, MinMemoryBytes: r.GPUMinMemoryBytes}
+}
+
 // Validate checks r; a bad request is ErrBadRequest and sandbox.BadInput.
 func (r Request) Validate() error {
 	switch {

@@ -90,8 +90,7 @@ func (s *Server) gpus() *gpu.Allocator {
 // (bad input: 400; a node without GPUs: floor-unmet, 409), then the
 // manager picks a backend that can give devices at the invocation's floor.
 func (s *Server) selectFor(ctx context.Context, inv *sandbox.Invocation) (sandbox.Backend, gpu.Request, error) {
-	r := inv.Resources
-	req := gpu.Request{Count: r.GPU, MIGProfile: r.GPUMIGProfile, MinMemoryBytes: r.GPUMinMemoryBytes}
+	req := gpu.RequestFor(inv.Resources)
 	if err := req.Validate(); err != nil {
 		return nil, req, err
 	}
