@@ -93,8 +93,8 @@ func TestCatalogueLetters(t *testing.T) {
 	for _, r := range Catalogue() {
 		rows[r.ID] = r
 	}
-	if len(rows) != 104 {
-		t.Fatalf("%d rows, want 104", len(rows))
+	if len(rows) != 105 {
+		t.Fatalf("%d rows, want 105", len(rows))
 	}
 	for _, c := range []struct {
 		id      int
@@ -104,7 +104,7 @@ func TestCatalogueLetters(t *testing.T) {
 		{18, "container", true}, {18, "native", false}, {6, "wasm", true}, {86, "gvisor", true}, {86, "container", false},
 		{95, "native", true}, {95, "microvm", false}, {96, "container", true}, {96, "native", false},
 		{98, "gvisor", true}, {98, "microvm", true}, {98, "container", false},
-		{99, "plugin", true}, {99, "wasm", false}, {104, "plugin", true}, {1, "plugin", false}, {3, "plugin", false}} {
+		{99, "plugin", true}, {99, "wasm", false}, {104, "plugin", true}, {105, "plugin", true}, {105, "wasm", false}, {1, "plugin", false}, {3, "plugin", false}} {
 		if got := rows[c.id].appliesTo(c.backend); got != c.want {
 			t.Errorf("row %d applies to %s = %v, want %v", c.id, c.backend, got, c.want)
 		}

@@ -120,4 +120,5 @@ var catalogue = []Row{
 	{102, "Plugin: fuel", "P"},
 	{103, "Plugin: memory", "P"},
 	{104, "Plugin: tenant state", "P"},
+	{105, "Plugin: resource handle", "P"},
 }

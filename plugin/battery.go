@@ -27,10 +27,11 @@ const (
 	weakSharedInstances           // idle instances are shared by all tenants
 )
 
-// BatteryComponents are the components the battery's probes run: calc
-// and rand as plugin/testdata builds them (calc.wit, rand.wit).
+// BatteryComponents are the components the battery's probes run: calc,
+// rand and tally as plugin/testdata builds them (calc.wit, rand.wit,
+// tally.wit).
 type BatteryComponents struct {
-	Calc, Rand []byte
+	Calc, Rand, Tally []byte
 }
 
 type hostProbe struct {
@@ -44,7 +45,7 @@ type hostProbe struct {
 // batteryKey signs the probes' manifests; the probes' hosts trust it alone.
 var batteryKey = ed25519.NewKeyFromSeed([]byte("wovyr plugin battery probe key!!"))
 
-// Battery runs the plugin host's battery rows (BATTERY.md 99–104, letter
+// Battery runs the plugin host's battery rows (BATTERY.md 99–105, letter
 // P): each probe on a host made from cfg (its Trust replaced by the
 // probes' own key, its Dir kept for the compiled components), and its
 // positive control on the same configuration with the row's one property
@@ -172,5 +173,22 @@ var hostProbes = []hostProbe{
 		func(ctx context.Context, h *Host, _ ed25519.PrivateKey, _ BatteryComponents) (string, bool) {
 			got := calls(ctx, h, "calc", [3]string{"a", "counter", ""}, [3]string{"a", "counter", ""}, [3]string{"b", "counter", ""})
 			return got, got == "counter: 1; counter: 2; counter: 1"
+		}},
+	{105, weakSharedInstances, "tenant a makes a counter (a resource) and reads it; tenant b reads it, then takes it, by a's handle", false,
+		func(ctx context.Context, h *Host, key ed25519.PrivateKey, c BatteryComponents) (string, bool) {
+			if _, err := h.Load(probeManifest("tally", c.Tally, key), c.Tally); err != nil {
+				return "load: " + err.Error(), false
+			}
+			const iface = "wovyr:test/counters#"
+			r, err := h.Call(ctx, "a", "tally", iface+"[constructor]counter", json.RawMessage(`{"start": 41}`), CallOptions{})
+			if err != nil || r.End != "ok" {
+				return fmt.Sprintf("constructor: %v %+v", err, r), false
+			}
+			self := `{"self": ` + string(r.Value) + `}`
+			got := calls(ctx, h, "tally", [3]string{"a", iface + "[method]counter.value", self},
+				[3]string{"b", iface + "[method]counter.value", self}, [3]string{"b", iface + "finish", `{"c": ` + string(r.Value) + `}`},
+				[3]string{"a", iface + "[method]counter.value", self})
+			secure := strings.Count(got, "error: bad-input (args.") == 2 && strings.Count(got, ": 41") == 2
+			return got, secure
 		}},
 }

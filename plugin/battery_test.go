@@ -10,12 +10,12 @@ import (
 // (the same probe with the row's one property switched off) flags.
 func TestBattery(t *testing.T) {
 	outs, err := Battery(context.Background(), Config{Dir: t.TempDir()},
-		BatteryComponents{Calc: component(t, "calc"), Rand: component(t, "rand")})
+		BatteryComponents{Calc: component(t, "calc"), Rand: component(t, "rand"), Tally: component(t, "tally")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(outs) != 6 {
-		t.Fatalf("%d rows, want 6 (99-104)", len(outs))
+	if len(outs) != 7 {
+		t.Fatalf("%d rows, want 7 (99-105)", len(outs))
 	}
 	for i, o := range outs {
 		if o.ID != 99+i || o.Name == "" {

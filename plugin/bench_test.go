@@ -141,6 +141,47 @@ func BenchmarkPluginCallAdd(b *testing.B) {
 	report(b, ours, raw)
 }
 
+// BenchmarkPluginCallMethod: a method call on a resource the tenant holds
+// ([method]counter.incr through its handle: the held instance found by
+// the handle, its turn taken and given back), alternating on one host with
+// calc's add, which runs on any idle instance; the difference of their
+// medians is what holding a resource costs a call.
+//
+//	go test ./plugin -run '^$' -bench PluginCallMethod -benchtime 20000x -count 2
+func BenchmarkPluginCallMethod(b *testing.B) {
+	h := newHost(b, Config{})
+	for _, name := range []string{"calc", "tally"} {
+		wasm := component(b, name)
+		if _, err := h.Load(signed(name, wasm), wasm); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	r, err := h.Call(ctx, "t", "tally", counters+"[constructor]counter", json.RawMessage(`{"start": 0}`), CallOptions{})
+	if err != nil || r.End != "ok" {
+		b.Fatal(r, err)
+	}
+	incr := json.RawMessage(`{"self": ` + string(r.Value) + `, "by": 1}`)
+	add := json.RawMessage(`{"a": 40, "b": 2}`)
+	ours := make([]time.Duration, 0, b.N)
+	peer := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		r, err := h.Call(ctx, "t", "tally", counters+"[method]counter.incr", incr, CallOptions{})
+		if err != nil || r.End != "ok" {
+			b.Fatal(r, err)
+		}
+		t1 := time.Now()
+		if r, err = h.Call(ctx, "t", "calc", "add", add, CallOptions{}); err != nil || string(r.Value) != "42" {
+			b.Fatal(r, err)
+		}
+		ours, peer = append(ours, t1.Sub(t0)), append(peer, time.Since(t1))
+	}
+	b.StopTimer()
+	report(b, ours, peer)
+}
+
 // BenchmarkPluginLoadFromCache: installing a component on a host whose
 // directory holds its sealed artifact (a daemon restart), against
 // compiling it: calc (C, 2.9 KB) and jsdemo (JavaScript, StarlingMonkey,

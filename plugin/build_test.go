@@ -9,7 +9,7 @@ import (
 	"github.com/wovyr/wovyr/plugin/plugintest"
 )
 
-// The C test components (testdata/calc, testdata/rand) are written in the
+// The C test components (testdata/calc, testdata/rand, testdata/tally) are written in the
 // component model's canonical ABI, built with clang into a core module and
 // wrapped with jco (embed the WIT, then new). They are committed beside
 // their source (a few KB) so the other tests run where npm is unreachable;
@@ -19,7 +19,7 @@ import (
 
 func TestComponentsBuildFromSource(t *testing.T) {
 	cmd := plugintest.Jco(t)
-	for _, name := range []string{"calc", "rand"} {
+	for _, name := range []string{"calc", "rand", "tally"} {
 		built := plugintest.C(t, cmd, name)
 		committed, err := os.ReadFile(filepath.Join("testdata", name, name+".wasm"))
 		if err != nil {

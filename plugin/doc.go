@@ -38,7 +38,7 @@
 //
 // # Battery
 //
-// Battery runs BATTERY.md's plugin rows (99–104) against the host, each
+// Battery runs BATTERY.md's plugin rows (99–105) against the host, each
 // with a positive control on a host weakened in that row's one property.
 //
 // # Instances
@@ -47,11 +47,13 @@
 // counter, a cache) carries to that tenant's next call and never to
 // another tenant's. Any call that does not end ok (a trap, fuel, the
 // deadline, cancellation) poisons its instance, which is discarded; the
-// next call instantiates afresh from the pool.
+// next call instantiates afresh from the pool. An instance that holds
+// resources the plugin returned is pinned to the tenant, and the calls
+// that pass their handles run on it (resource.go, ADR 0038).
 //
-// What it refuses to do: resources, futures and streams in exported
-// signatures cannot be called through JSON yet (their functions are
-// listed, and calling one is bad-input); it never instantiates a plugin
+// What it refuses to do: futures and streams in exported signatures
+// cannot be called through JSON yet (their functions are listed, and
+// calling one is bad-input); it never instantiates a plugin
 // whose trust class's floor is above wasm (with Config.Isolated each call
 // of such a plugin runs in a sandbox at that floor, isolated.go; without,
 // it is refused); and it keeps no state on disk except the

@@ -193,7 +193,8 @@ func (h *Host) Load(m *Manifest, wasm []byte) (*Info, error) {
 		comp.Close()
 		return nil, err
 	}
-	p := &Plugin{host: h, manifest: *m, limits: lim, comp: comp, linker: h.bare, idle: map[string][]*wasmcapi.Instance{}}
+	p := &Plugin{host: h, manifest: *m, limits: lim, comp: comp, linker: h.bare, idle: map[string][]*wasmcapi.Instance{},
+		pinned: map[string][]*pinned{}, drops: dropFuncs(comp)}
 	p.manifest.Capabilities = m.capabilities()
 	if len(comp.Imports()) > 0 {
 		p.linker = h.wasi

@@ -22,9 +22,12 @@ type Plugin struct {
 	linker   *wasmcapi.Linker
 	wasm     []byte // the component, for a plugin run out of process (isolated.go); nil in-process
 
-	mu   sync.Mutex
-	refs int                             // the host's, and one per call in flight
-	idle map[string][]*wasmcapi.Instance // by tenant: state never crosses tenants
+	drops map[string]*wasmcapi.Export // "iface#[resource-drop]R" for each resource R (resource.go)
+
+	mu     sync.Mutex
+	refs   int                             // the host's, and one per call in flight
+	idle   map[string][]*wasmcapi.Instance // by tenant: state never crosses tenants
+	pinned map[string][]*pinned            // by tenant: instances holding resources
 }
 
 // Info describes an installed plugin.
@@ -61,6 +64,10 @@ func (p *Plugin) info() *Info {
 	for _, f := range p.comp.Funcs() {
 		in.Functions = append(in.Functions, Function{Name: f.Name, Signature: signature(f.Type)})
 	}
+	for _, f := range p.drops {
+		in.Functions = append(in.Functions, Function{Name: f.Name, Signature: signature(f.Type)})
+	}
+	slices.SortFunc(in.Functions, func(a, b Function) int { return strings.Compare(a.Name, b.Name) })
 	return in
 }
 
@@ -85,9 +92,9 @@ func (p *Plugin) release() {
 	p.mu.Lock()
 	p.refs--
 	last := p.refs == 0
-	idle := p.idle
+	idle, pins := p.idle, p.pinned
 	if last {
-		p.idle = nil
+		p.idle, p.pinned = nil, nil
 	}
 	p.mu.Unlock()
 	if !last {
@@ -96,6 +103,11 @@ func (p *Plugin) release() {
 	for _, ins := range idle {
 		for _, in := range ins {
 			in.Close()
+		}
+	}
+	for _, list := range pins { // no call is in flight: every turn is free
+		for _, pn := range list {
+			pn.in.Close()
 		}
 	}
 	p.comp.Close()
@@ -149,8 +161,11 @@ func (h *Host) Call(ctx context.Context, tenant, name, fn string, args json.RawM
 	defer p.release()
 	f, ok := p.comp.Func(fn)
 	if !ok {
+		f, ok = p.drops[fn]
+	}
+	if !ok {
 		names := make([]string, 0)
-		for _, e := range p.comp.Funcs() {
+		for _, e := range p.info().Functions {
 			names = append(names, e.Name)
 		}
 		return nil, sandbox.Errorf(sandbox.BadInput, "func", "plugin %s exports no function %q (it exports %s)", name, fn, strings.Join(names, ", "))
@@ -166,10 +181,21 @@ func (h *Host) Call(ctx context.Context, tenant, name, fn string, args json.RawM
 		return nil, err
 	}
 	if p.wasm != nil {
+		if err := refuseIsolatedResources(name, f); err != nil {
+			return nil, err
+		}
 		return p.callIsolated(ctx, tenant, f, args)
 	}
-	in, fresh, err := p.take(tenant)
-	if err != nil {
+	p.sweepPinned()
+	var in *wasmcapi.Instance
+	var pn *pinned
+	fresh := false
+	if handles, params := argHandles(f.Type, vals); len(handles) > 0 {
+		if pn, err = p.pinnedFor(ctx, p.idleKey(tenant), handles, params); err != nil {
+			return nil, err
+		}
+		in = pn.in
+	} else if in, fresh, err = p.take(tenant); err != nil {
 		return nil, err
 	}
 	st := &callState{host: h, tenant: tenant, plugin: name, invocation: newInvocationID(), opts: opts,
@@ -179,20 +205,33 @@ func (h *Host) Call(ctx context.Context, tenant, name, fn string, args json.RawM
 	if h.cfg.weak == weakUnmetered {
 		spec.Fuel = 0
 	}
-	r, err := in.Call(context.WithValue(ctx, callKey{}, st), f, vals, spec)
+	cctx := context.WithValue(ctx, callKey{}, st)
+	var r *wasmcapi.CallResult
+	if p.drops[fn] == f {
+		r, err = p.callDrop(cctx, in, vals[0].Handle, spec)
+	} else {
+		r, err = in.Call(cctx, f, vals, spec)
+	}
 	h.end()
 	st.end()
+	if bad, ok := handleError(err); ok || sandbox.ClassOf(err) == sandbox.BadInput {
+		if bad == nil {
+			bad = err
+		}
+		p.settle(tenant, in, pn) // nothing ran
+		return nil, bad
+	}
 	if err != nil {
-		in.Close()
+		p.discard(tenant, in, pn)
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "plugin call")
 	}
 	res := &Result{Value: json.RawMessage("null"), End: r.End.String(), FuelUsed: r.FuelUsed, Took: r.Took, Fresh: fresh,
 		Invocation: st.invocation, Logs: st.logs, LogsDropped: st.logsDropped}
 	if r.End != wasmcapi.CallOK {
-		if h.cfg.weak == weakKeepFailed {
+		if h.cfg.weak == weakKeepFailed && pn == nil {
 			p.put(tenant, in)
 		} else {
-			in.Close()
+			p.discard(tenant, in, pn)
 		}
 		res.Error = r.Message
 		if r.End == wasmcapi.CallOutOfFuel {
@@ -202,12 +241,21 @@ func (h *Host) Call(ctx context.Context, tenant, name, fn string, args json.RawM
 	}
 	if r.Result != nil {
 		if res.Value, err = Value(f.Type.Result, r.Result); err != nil {
-			in.Close()
+			p.discard(tenant, in, pn)
 			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "plugin result")
 		}
 	}
-	p.put(tenant, in)
+	p.settle(tenant, in, pn)
 	return res, nil
+}
+
+// discard closes an instance after a failed call, and its handles with it.
+func (p *Plugin) discard(tenant string, in *wasmcapi.Instance, pn *pinned) {
+	if pn != nil {
+		p.unpin(p.idleKey(tenant), pn, true)
+		return
+	}
+	in.Close()
 }
 
 // take returns an idle instance of the tenant's, or a fresh one.

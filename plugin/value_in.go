@@ -29,6 +29,9 @@ import (
 //	option               null for none, else the value; option<option<T>> writes some as {"some": v}
 //	result               {"ok": v} or {"err": v} (v null when that case has no payload)
 //	flags                an array of the names of the flags that are set
+//	own<R>, borrow<R>    {"resource": "R", "handle": n}: a handle the call
+//	                     that made the resource returned ("resource" may be
+//	                     left out of an argument; resource.go)
 
 // Args converts a call's JSON arguments to values of ft's parameter types:
 // an object keyed by parameter name, or an array in parameter order. Any
@@ -351,6 +354,20 @@ func fromJSON(t *wasmcapi.Type, x any, path string) (wasmcapi.Val, error) {
 				v.Names = append(v.Names, n)
 			}
 		}
+	case wasmcapi.KindResource:
+		m, ok := x.(map[string]any)
+		if !ok || !hasKey(m, "handle") || len(m) > 2 || len(m) == 2 && !hasKey(m, "resource") {
+			return v, sandbox.Errorf(sandbox.BadInput, path, `expected %s, a handle {"resource": %q, "handle": n}, got %s`, t, t.Resource.Name, describe(x))
+		}
+		if r, has := m["resource"]; has && r != t.Resource.Name {
+			return v, sandbox.Errorf(sandbox.BadInput, path+".resource", "expected a handle of %s, got one of %s", t.Resource.Name, describe(r))
+		}
+		n, ok := m["handle"].(json.Number)
+		h, err := strconv.ParseUint(string(n), 10, 64)
+		if !ok || err != nil || h == 0 {
+			return v, sandbox.Errorf(sandbox.BadInput, path+".handle", "expected a handle number, got %s", describe(m["handle"]))
+		}
+		v.Handle = h
 	default:
 		return v, sandbox.Errorf(sandbox.BadInput, path, "parameters of type %s cannot be passed as JSON yet", t)
 	}

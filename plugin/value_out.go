@@ -135,6 +135,12 @@ func writeJSON(b *bytes.Buffer, t *wasmcapi.Type, v *wasmcapi.Val) error {
 			}
 		}
 		b.WriteByte('}')
+	case wasmcapi.KindResource:
+		b.WriteString(`{"resource":`)
+		writeString(b, t.Resource.Name)
+		b.WriteString(`,"handle":`)
+		b.WriteString(strconv.FormatUint(v.Handle, 10))
+		b.WriteByte('}')
 	case wasmcapi.KindFlags:
 		b.WriteByte('[')
 		for i, n := range v.Names {

@@ -15,8 +15,9 @@ func ty(k wasmcapi.Kind) *wasmcapi.Type { return &wasmcapi.Type{Kind: k} }
 
 // point, shape … are calc.wit's types, as Wasmtime reports them.
 var (
-	point = &wasmcapi.Type{Kind: wasmcapi.KindRecord, Fields: []wasmcapi.Field{{Name: "x", Type: ty(wasmcapi.KindS32)}, {Name: "y", Type: ty(wasmcapi.KindS32)}}}
-	shape = &wasmcapi.Type{Kind: wasmcapi.KindVariant, Fields: []wasmcapi.Field{{Name: "circle", Type: ty(wasmcapi.KindU32)}, {Name: "square", Type: ty(wasmcapi.KindU32)}, {Name: "dot"}}}
+	point   = &wasmcapi.Type{Kind: wasmcapi.KindRecord, Fields: []wasmcapi.Field{{Name: "x", Type: ty(wasmcapi.KindS32)}, {Name: "y", Type: ty(wasmcapi.KindS32)}}}
+	counter = &wasmcapi.Resource{Name: "counter"}
+	shape   = &wasmcapi.Type{Kind: wasmcapi.KindVariant, Fields: []wasmcapi.Field{{Name: "circle", Type: ty(wasmcapi.KindU32)}, {Name: "square", Type: ty(wasmcapi.KindU32)}, {Name: "dot"}}}
 )
 
 func TestArgsRefuseMismatchesNamingTheParameter(t *testing.T) {
@@ -137,6 +138,8 @@ func randType(r *rand.Rand, depth int) *wasmcapi.Type {
 		}
 	case wasmcapi.KindEnum, wasmcapi.KindFlags:
 		t.Names = names()
+	case wasmcapi.KindResource:
+		t.Resource, t.Borrow = counter, r.IntN(2) == 0
 	case wasmcapi.KindResult:
 		if r.IntN(3) > 0 {
 			t.Ok = randType(r, depth-1)
@@ -208,6 +211,8 @@ func randVal(r *rand.Rand, t *wasmcapi.Type, seen map[wasmcapi.Kind]bool) wasmca
 				v.Names = append(v.Names, n)
 			}
 		}
+	case wasmcapi.KindResource:
+		v.Handle = 1 + r.Uint64()>>1
 	}
 	return v
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -134,6 +135,52 @@ func TestPluginsEndToEnd(t *testing.T) {
 	if list, _ := alice.Plugins(ctx); len(list) != 1 {
 		t.Fatalf("after rm: %+v", list)
 	}
+}
+
+// TestPluginResourcesOverHTTP: a resource a call returns is a handle the
+// tenant's later calls pass back; another tenant's call with that handle
+// is bad-input, exactly as a made-up one.
+func TestPluginResourcesOverHTTP(t *testing.T) {
+	h := pluginHarness(t, stateDir(t))
+	ctx := context.Background()
+	alice, bob := h.client(aliceToken), h.client(bobToken)
+	tally := testComponent(t, "tally")
+	p, err := h.client(opsToken).InstallPlugin(ctx, manifestFor(t, "tally", tally, true), tally)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sigs := map[string]string{}
+	for _, f := range p.Functions {
+		sigs[f.Name] = f.Signature
+	}
+	const iface = "wovyr:test/counters#"
+	if sigs[iface+"[constructor]counter"] != "func(start: u32) -> counter" ||
+		sigs[iface+"[resource-drop]counter"] != "func(self: counter)" || sigs[iface+"total"] != "func(cs: list<borrow<counter>>) -> u64" {
+		t.Fatalf("functions: %v", sigs)
+	}
+	r, err := alice.CallPlugin(ctx, "tally", iface+"[constructor]counter", json.RawMessage(`{"start": 40}`))
+	if err != nil || r.End != "ok" {
+		t.Fatalf("constructor: %+v %v", r, err)
+	}
+	var c struct {
+		Resource string `json:"resource"`
+		Handle   uint64 `json:"handle"`
+	}
+	if err := json.Unmarshal(r.Value, &c); err != nil || c.Resource != "counter" {
+		t.Fatalf("constructor returned %s", r.Value)
+	}
+	self := json.RawMessage(`{"self": ` + string(r.Value) + `, "by": 2}`)
+	if r, err = alice.CallPlugin(ctx, "tally", iface+"[method]counter.incr", self); err != nil || string(r.Value) != "42" {
+		t.Fatalf("incr: %+v %v", r, err)
+	}
+	want := fmt.Sprintf("bad-input (args.self): no resource with handle %d is held for tenant bob (dropped, taken by a call, or closed with its instance after a failed call or 10m0s idle)", c.Handle)
+	_, err = bob.CallPlugin(ctx, "tally", iface+"[method]counter.incr", self)
+	wantAPIError(t, err, http.StatusBadRequest, sandbox.BadInput, "args.self", want)
+	if r, err = alice.CallPlugin(ctx, "tally", iface+"finish", json.RawMessage(`{"c": {"handle": `+fmt.Sprint(c.Handle)+`}}`)); err != nil || string(r.Value) != "42" {
+		t.Fatalf("finish: %+v %v", r, err)
+	}
+	_, err = alice.CallPlugin(ctx, "tally", iface+"[method]counter.incr", self)
+	wantAPIError(t, err, http.StatusBadRequest, sandbox.BadInput, "args.self", "")
 }
 
 func TestPluginsNeedAHost(t *testing.T) {

@@ -35,6 +35,7 @@ typedef double float64_t;
 // Value types (types/val.h). Note the kinds are numbered differently from
 // the value kinds below (s8 is 1 here, u8 is 1 there).
 #define WOVYR_VALTYPE_OWN 21
+#define WOVYR_VALTYPE_BORROW 22
 #define WOVYR_VALTYPE_ERROR_CONTEXT 25
 #ifndef WASMTIME_COMPONENT_TYPES_VAL_H
 typedef uint8_t wasmtime_component_valtype_kind_t;
@@ -251,5 +252,14 @@ void wasmtime_component_valtuple_new_uninit(wasmtime_component_valtuple_t *out, 
 void wasmtime_component_valflags_new_uninit(wasmtime_component_valflags_t *out, size_t size);
 wasmtime_component_val_t *wasmtime_component_val_new(wasmtime_component_val_t *val);
 void wasmtime_component_val_delete(wasmtime_component_val_t *value);
+
+// val.h, types/resource.h: resources
+wasmtime_component_resource_any_t *wasmtime_component_resource_any_clone(const wasmtime_component_resource_any_t *resource);
+bool wasmtime_component_resource_any_owned(const wasmtime_component_resource_any_t *resource);
+wasmtime_error_t *wasmtime_component_resource_any_drop(wasmtime_context_t *ctx, const wasmtime_component_resource_any_t *resource);
+void wasmtime_component_resource_any_delete(wasmtime_component_resource_any_t *resource);
+wasmtime_component_resource_type_t *wasmtime_component_resource_type_clone(const wasmtime_component_resource_type_t *ty);
+bool wasmtime_component_resource_type_equal(const wasmtime_component_resource_type_t *a, const wasmtime_component_resource_type_t *b);
+void wasmtime_component_resource_type_delete(wasmtime_component_resource_type_t *resource);
 
 #endif

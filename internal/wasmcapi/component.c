@@ -15,9 +15,13 @@
 //   option: u8 some, [value]
 //   result: u8 ok, u8 has payload, [value]
 //   flags: u32 count, then per flag: u32 length, name
+//   resource: u32 slot in the instance's table, u8 own (an argument: the
+//   callee takes the resource and the slot is freed; a result: always 1)
 
 typedef struct { const uint8_t *p, *end; } rd;
-typedef struct { uint8_t *data; size_t len, cap; int oom; } wr;
+// wr is an encoding buffer; oom is set when it could not grow, or when a
+// resource could not be held (unheld counts those).
+typedef struct { uint8_t *data; size_t len, cap; int oom, unheld; wovyr_cinst *c; } wr;
 
 static int rd_n(rd *r, void *dst, size_t n) {
   if ((size_t)(r->end - r->p) < n) return 0;
@@ -36,13 +40,13 @@ static int rd_name(rd *r, wasm_name_t *out) {
   return 1;
 }
 
-static int decode(rd *r, wasmtime_component_val_t *v, int depth);
+static int decode(wovyr_cinst *c, rd *r, wasmtime_component_val_t *v, int depth);
 
 // decode_boxed decodes one value onto Wasmtime's heap (variant, option and
 // result payloads).
-static int decode_boxed(rd *r, wasmtime_component_val_t **out, int depth) {
+static int decode_boxed(wovyr_cinst *c, rd *r, wasmtime_component_val_t **out, int depth) {
   wasmtime_component_val_t tmp = {.kind = WOVYR_CVAL_BOOL};
-  int ok = decode(r, &tmp, depth);
+  int ok = decode(c, r, &tmp, depth);
   *out = wasmtime_component_val_new(&tmp);
   return ok;
 }
@@ -52,8 +56,8 @@ static void fill_bool(wasmtime_component_val_t *v, size_t n) {
 }
 
 // decode leaves v in a state wasmtime_component_val_delete can free even
-// when it fails part way.
-static int decode(rd *r, wasmtime_component_val_t *v, int depth) {
+// when it fails part way. Resources come from c's table (c NULL: none).
+static int decode(wovyr_cinst *c, rd *r, wasmtime_component_val_t *v, int depth) {
   uint8_t kind;
   v->kind = WOVYR_CVAL_BOOL;
   v->of.boolean = false;
@@ -94,7 +98,7 @@ static int decode(rd *r, wasmtime_component_val_t *v, int depth) {
     v->kind = kind;
     v->of.list = l;
     for (uint32_t i = 0; i < n; i++)
-      if (!decode(r, &l.data[i], depth + 1)) return 0;
+      if (!decode(c, r, &l.data[i], depth + 1)) return 0;
     return 1;
   }
   case WOVYR_CVAL_RECORD: {
@@ -110,7 +114,7 @@ static int decode(rd *r, wasmtime_component_val_t *v, int depth) {
     v->of.record = rec;
     for (uint32_t i = 0; i < n; i++) {
       if (!rd_name(r, &rec.data[i].name)) return 0;
-      if (!decode(r, &rec.data[i].val, depth + 1)) return 0;
+      if (!decode(c, r, &rec.data[i].val, depth + 1)) return 0;
     }
     return 1;
   }
@@ -120,14 +124,14 @@ static int decode(rd *r, wasmtime_component_val_t *v, int depth) {
     v->kind = kind;
     v->of.variant = var;
     if (!rd_n(r, &b, 1)) return 0;
-    if (b) return decode_boxed(r, &v->of.variant.val, depth + 1);
+    if (b) return decode_boxed(c, r, &v->of.variant.val, depth + 1);
     return 1;
   }
   case WOVYR_CVAL_OPTION:
     if (!rd_n(r, &b, 1)) return 0;
     v->kind = kind;
     v->of.option = NULL;
-    if (b) return decode_boxed(r, &v->of.option, depth + 1);
+    if (b) return decode_boxed(c, r, &v->of.option, depth + 1);
     return 1;
   case WOVYR_CVAL_RESULT: {
     uint8_t has;
@@ -135,7 +139,7 @@ static int decode(rd *r, wasmtime_component_val_t *v, int depth) {
     v->kind = kind;
     v->of.result.is_ok = b != 0;
     v->of.result.val = NULL;
-    if (has) return decode_boxed(r, &v->of.result.val, depth + 1);
+    if (has) return decode_boxed(c, r, &v->of.result.val, depth + 1);
     return 1;
   }
   case WOVYR_CVAL_FLAGS: {
@@ -149,10 +153,46 @@ static int decode(rd *r, wasmtime_component_val_t *v, int depth) {
       if (!rd_name(r, &f.data[i])) return 0;
     return 1;
   }
+  case WOVYR_CVAL_RESOURCE: {
+    uint32_t slot;
+    if (!rd_u32(r, &slot) || !rd_n(r, &b, 1)) return 0;
+    if (c == NULL || slot >= c->nres || c->res[slot] == NULL) return 0;
+    v->kind = kind;
+    if (b) { // own: the callee takes it
+      v->of.resource = c->res[slot];
+      c->res[slot] = NULL;
+    } else {
+      v->of.resource = wasmtime_component_resource_any_clone(c->res[slot]);
+    }
+    return 1;
+  }
   default:
     return 0;
   }
   v->kind = kind;
+  return 1;
+}
+
+// hold keeps a resource a call returned in a free slot of c's table.
+static int hold(wovyr_cinst *c, const wasmtime_component_resource_any_t *res, uint32_t *slot) {
+  if (c == NULL) return 0;
+  for (uint32_t i = 0; i < c->nres; i++) {
+    if (c->res[i] == NULL) {
+      c->res[i] = wasmtime_component_resource_any_clone(res);
+      *slot = i;
+      return 1;
+    }
+  }
+  if (c->nres == WOVYR_MAX_HANDLES) return 0;
+  if (c->nres == c->capres) {
+    uint32_t cap = c->capres ? c->capres * 2 : 8;
+    void *p = realloc(c->res, cap * sizeof *c->res);
+    if (p == NULL) return 0;
+    c->res = p;
+    c->capres = cap;
+  }
+  c->res[c->nres] = wasmtime_component_resource_any_clone(res);
+  *slot = c->nres++;
   return 1;
 }
 
@@ -214,7 +254,14 @@ static void encode(wr *w, const wasmtime_component_val_t *v) {
     wr_u32(w, (uint32_t)v->of.flags.size);
     for (size_t i = 0; i < v->of.flags.size; i++) wr_name(w, &v->of.flags.data[i]);
     break;
-  default: // resources never reach here: the Go side refuses their types
+  case WOVYR_CVAL_RESOURCE: {
+    uint32_t slot = 0;
+    if (!hold(w->c, v->of.resource, &slot)) w->unheld++;
+    wr_u32(w, slot);
+    wr_u8(w, 1);
+    break;
+  }
+  default: // future, stream, error-context: the Go side refuses their types
     break;
   }
 }
@@ -277,8 +324,50 @@ fail:
 
 void wovyr_cinst_delete(wovyr_cinst *c) {
   if (c == NULL) return;
+  // The store goes with them: their destructors need not run.
+  for (uint32_t i = 0; i < c->nres; i++)
+    if (c->res[i]) wasmtime_component_resource_any_delete(c->res[i]);
+  free(c->res);
   wasmtime_store_delete(c->store);
   free(c);
+}
+
+// arm sets the store's fuel and deadline for call, begun at t0.
+static void arm(wovyr_cinst *c, wovyr_ccall *call, uint64_t t0) {
+  wasmtime_error_t *e = wasmtime_context_set_fuel(c->ctx, call->fuel ? call->fuel : UINT64_MAX);
+  if (e) wasmtime_error_delete(e);
+  c->end = WOVYR_CEND_OK;
+  c->deadline_mono_ns = call->wall_ns ? t0 + call->wall_ns : 0;
+  wasmtime_context_set_epoch_deadline(c->ctx, 1);
+}
+
+// ended records the fuel call used and, when e is an error (which it
+// frees), how the call ended. It returns whether it failed.
+static int ended(wovyr_cinst *c, wovyr_ccall *call, wasmtime_error_t *e) {
+  uint64_t left = 0;
+  wasmtime_error_t *fe = wasmtime_context_get_fuel(c->ctx, &left);
+  if (fe) wasmtime_error_delete(fe);
+  if (call->fuel) call->fuel_used = call->fuel - left;
+  if (e == NULL) return 0;
+  call->message = error_text(e);
+  if (c->end != WOVYR_CEND_OK) call->end = c->end;
+  else if (call->fuel && left == 0) call->end = WOVYR_CEND_OUT_OF_FUEL;
+  else call->end = WOVYR_CEND_TRAP;
+  return 1;
+}
+
+void wovyr_cinst_drop(wovyr_cinst *c, wovyr_ccall *call, uint32_t slot) {
+  uint64_t t0 = wovyr_mono_ns();
+  if (slot >= c->nres || c->res[slot] == NULL) {
+    call->end = WOVYR_CEND_BAD_ARGS;
+    return;
+  }
+  wasmtime_component_resource_any_t *res = c->res[slot];
+  c->res[slot] = NULL;
+  arm(c, call, t0);
+  ended(c, call, wasmtime_component_resource_any_drop(c->ctx, res));
+  wasmtime_component_resource_any_delete(res);
+  call->call_ns = wovyr_mono_ns() - t0;
 }
 
 void wovyr_cinst_call(wovyr_cinst *c, wovyr_ccall *call, const uint8_t *in, uint8_t *out, size_t out_cap) {
@@ -295,7 +384,7 @@ void wovyr_cinst_call(wovyr_cinst *c, wovyr_ccall *call, const uint8_t *in, uint
   rd r = {in, in + call->args_len};
   size_t decoded = 0;
   int ok = 1;
-  for (; decoded < n && ok; decoded++) ok = decode(&r, &args[decoded], 0);
+  for (; decoded < n && ok; decoded++) ok = decode(c, &r, &args[decoded], 0);
   if (!ok || r.p != r.end) {
     for (size_t i = 0; i < decoded; i++) wasmtime_component_val_delete(&args[i]);
     if (args != stack) free(args);
@@ -303,35 +392,21 @@ void wovyr_cinst_call(wovyr_cinst *c, wovyr_ccall *call, const uint8_t *in, uint
     return;
   }
 
-  uint64_t fuel = call->fuel ? call->fuel : UINT64_MAX;
-  wasmtime_error_t *e = wasmtime_context_set_fuel(c->ctx, fuel);
-  if (e) wasmtime_error_delete(e);
-  c->end = WOVYR_CEND_OK;
-  c->deadline_mono_ns = call->wall_ns ? t0 + call->wall_ns : 0;
-  wasmtime_context_set_epoch_deadline(c->ctx, 1);
-
+  arm(c, call, t0);
   wasmtime_component_val_t result = {.kind = WOVYR_CVAL_BOOL};
-  e = wasmtime_component_func_call(&f, c->ctx, args, n, &result, call->has_result ? 1 : 0);
+  wasmtime_error_t *e = wasmtime_component_func_call(&f, c->ctx, args, n, &result, call->has_result ? 1 : 0);
   for (size_t i = 0; i < n; i++) wasmtime_component_val_delete(&args[i]);
   if (args != stack) free(args);
 
-  uint64_t left = 0;
-  wasmtime_error_t *fe = wasmtime_context_get_fuel(c->ctx, &left);
-  if (fe) wasmtime_error_delete(fe);
-  if (call->fuel) call->fuel_used = call->fuel - left;
-  if (e) {
-    call->message = error_text(e);
-    if (c->end != WOVYR_CEND_OK) call->end = c->end;
-    else if (call->fuel && left == 0) call->end = WOVYR_CEND_OUT_OF_FUEL;
-    else call->end = WOVYR_CEND_TRAP;
-  } else {
+  if (!ended(c, call, e)) {
     if (call->has_result) {
-      wr w = {0};
+      wr w = {.c = c};
       encode(&w, &result);
       wasmtime_component_val_delete(&result);
       call->result_len = w.len;
-      if (w.oom) {
+      if (w.oom || w.unheld) {
         call->end = WOVYR_CEND_TRAP;
+        if (w.unheld) call->message = strdup("wovyr: the call returned more resources than an instance may hold");
         free(w.data);
       } else if (w.len <= out_cap) {
         memcpy(out, w.data, w.len);
@@ -364,9 +439,9 @@ static wasmtime_error_t *host_call(void *env, wasmtime_context_t *ctx, const was
   wovyr_cinst *c = wasmtime_context_get_data(ctx);
   wr w = {0};
   for (size_t i = 0; i < nargs; i++) encode(&w, &args[i]);
-  if (w.oom) {
+  if (w.oom || w.unheld) {
     free(w.data);
-    return wasmtime_error_new("wovyr: out of memory encoding a host call's arguments");
+    return wasmtime_error_new(w.oom ? "wovyr: out of memory encoding a host call's arguments" : "wovyr: host functions take no resources");
   }
   uint8_t *out = NULL;
   size_t out_len = 0;
@@ -382,7 +457,7 @@ static wasmtime_error_t *host_call(void *env, wasmtime_context_t *ctx, const was
   }
   rd r = {out, out + out_len};
   int ok = 1;
-  for (size_t i = 0; i < nresults && ok; i++) ok = decode(&r, &results[i], 0);
+  for (size_t i = 0; i < nresults && ok; i++) ok = decode(NULL, &r, &results[i], 0);
   ok = ok && r.p == r.end;
   free(out);
   return ok ? NULL : wasmtime_error_new("wovyr: a host call's results did not decode");
@@ -407,7 +482,7 @@ int wovyr_cval_roundtrip(const uint8_t *in, size_t len, size_t n, uint8_t **out,
   int ok = 1;
   for (size_t i = 0; i < n && ok; i++) {
     wasmtime_component_val_t v;
-    ok = decode(&r, &v, 0);
+    ok = decode(NULL, &r, &v, 0);
     if (ok) encode(&w, &v);
     wasmtime_component_val_delete(&v);
   }

@@ -11,18 +11,29 @@ import (
 	"runtime"
 	"runtime/cgo"
 	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
 // Component is a compiled component with its exported functions' types,
 // read once. It is safe for concurrent use.
 type Component struct {
-	engine  *Engine
-	ptr     *C.wasmtime_component_t
-	imports []string
-	funcs   map[string]*Export
-	once    sync.Once
+	engine    *Engine
+	ptr       *C.wasmtime_component_t
+	imports   []string
+	funcs     map[string]*Export
+	resources []ExportedResource
+	// nextHandle numbers the resource handles of all its instances.
+	nextHandle atomic.Uint64
+	once       sync.Once
+}
+
+// ExportedResource is a resource of an exported interface.
+type ExportedResource struct {
+	Iface    string // "wovyr:test/counters"; empty at the component's top level
+	Resource *Resource
 }
 
 // Export is one exported function: its signature and the index that finds
@@ -31,6 +42,8 @@ type Export struct {
 	Name string // "add", or "iface#func" for a function of an exported interface
 	Type *FuncType
 	idx  *C.wasmtime_component_export_index_t
+	// resources says a parameter can hold a resource handle.
+	resources bool
 }
 
 // IsComponent reports whether b is a component rather than a core module
@@ -98,6 +111,8 @@ func (e *Engine) DeserializeComponentFile(path string) (*Component, error) {
 // component reads the imports and the exported functions' types.
 func (e *Engine) component(ptr *C.wasmtime_component_t) (*Component, error) {
 	c := &Component{engine: e, ptr: ptr, funcs: map[string]*Export{}}
+	tr := &typeReader{}
+	defer tr.close()
 	ty := C.wasmtime_component_type(ptr)
 	defer C.wasmtime_component_type_delete(ty)
 	var name *C.char
@@ -116,18 +131,49 @@ func (e *Engine) component(ptr *C.wasmtime_component_t) (*Component, error) {
 		n := C.GoStringN(name, C.int(nlen))
 		switch item.kind {
 		case C.WOVYR_ITEM_COMPONENT_FUNC:
-			c.addFunc(nil, n, n, *(**C.wasmtime_component_func_type_t)(unsafe.Pointer(&item.of)))
+			c.addFunc(tr, nil, n, n, *(**C.wasmtime_component_func_type_t)(unsafe.Pointer(&item.of)))
 		case C.WOVYR_ITEM_COMPONENT_INSTANCE:
-			c.addInstance(n, *(**C.wasmtime_component_instance_type_t)(unsafe.Pointer(&item.of)))
+			c.addInstance(tr, n, *(**C.wasmtime_component_instance_type_t)(unsafe.Pointer(&item.of)))
 		}
 		C.wasmtime_component_item_delete(&item)
 	}
 	sort.Strings(c.imports)
+	c.nameResources()
 	return c, nil
 }
 
+// nameResources names each resource after the functions that construct it
+// or take it as self ("[constructor]counter", "[method]counter.incr"), as
+// the component model names them, and lists those it named.
+func (c *Component) nameResources() {
+	for _, f := range c.Funcs() {
+		iface, name := "", f.Name
+		if i := strings.LastIndexByte(name, '#'); i >= 0 {
+			iface, name = name[:i], name[i+1:]
+		}
+		var r *Resource
+		switch {
+		case strings.HasPrefix(name, "[constructor]") && f.Type.Result != nil && f.Type.Result.Kind == KindResource:
+			r, name = f.Type.Result.Resource, strings.TrimPrefix(name, "[constructor]")
+		case strings.HasPrefix(name, "[method]") && len(f.Type.Params) > 0 && f.Type.Params[0].Type.Kind == KindResource:
+			r, name = f.Type.Params[0].Type.Resource, strings.TrimPrefix(name, "[method]")
+			name, _, _ = strings.Cut(name, ".")
+		}
+		if r != nil && r.Name == "" {
+			r.Name = name
+			c.resources = append(c.resources, ExportedResource{Iface: iface, Resource: r})
+		}
+	}
+}
+
+// Resources lists the resources the component's exported functions
+// construct or take as self, in the order of those functions' names.
+func (c *Component) Resources() []ExportedResource {
+	return append([]ExportedResource(nil), c.resources...)
+}
+
 // addInstance adds the functions of an exported interface as "iface#func".
-func (c *Component) addInstance(iface string, it *C.wasmtime_component_instance_type_t) {
+func (c *Component) addInstance(tr *typeReader, iface string, it *C.wasmtime_component_instance_type_t) {
 	in := C.CString(iface)
 	defer C.free(unsafe.Pointer(in))
 	parent := C.wasmtime_component_get_export_index(c.ptr, nil, in, C.size_t(len(iface)))
@@ -144,20 +190,24 @@ func (c *Component) addInstance(iface string, it *C.wasmtime_component_instance_
 		}
 		if item.kind == C.WOVYR_ITEM_COMPONENT_FUNC {
 			n := C.GoStringN(name, C.int(nlen))
-			c.addFunc(parent, iface+"#"+n, n, *(**C.wasmtime_component_func_type_t)(unsafe.Pointer(&item.of)))
+			c.addFunc(tr, parent, iface+"#"+n, n, *(**C.wasmtime_component_func_type_t)(unsafe.Pointer(&item.of)))
 		}
 		C.wasmtime_component_item_delete(&item)
 	}
 }
 
-func (c *Component) addFunc(parent *C.wasmtime_component_export_index_t, full, name string, ft *C.wasmtime_component_func_type_t) {
+func (c *Component) addFunc(tr *typeReader, parent *C.wasmtime_component_export_index_t, full, name string, ft *C.wasmtime_component_func_type_t) {
 	cn := C.CString(name)
 	defer C.free(unsafe.Pointer(cn))
 	idx := C.wasmtime_component_get_export_index(c.ptr, parent, cn, C.size_t(len(name)))
 	if idx == nil {
 		return
 	}
-	c.funcs[full] = &Export{Name: full, Type: readFuncType(ft), idx: idx}
+	e := &Export{Name: full, Type: tr.readFuncType(ft), idx: idx}
+	for _, p := range e.Type.Params {
+		e.resources = e.resources || HasResource(p.Type)
+	}
+	c.funcs[full] = e
 }
 
 // Imports names the component's imports ("wasi:random/random@0.2.0", …),

@@ -23,7 +23,14 @@ typedef struct wovyr_cinst {
   int cancel;                // set (atomically) by Go
   int end;                   // set by the epoch callback or a host call
   uintptr_t host;            // the Go instance's handle for host calls; 0: none
+  // The resources the host holds, by slot (NULL: a free slot): what the
+  // instance's calls returned, until a call takes them or they are dropped.
+  wasmtime_component_resource_any_t **res;
+  uint32_t nres, capres;
 } wovyr_cinst;
+
+// WOVYR_MAX_HANDLES bounds the resources the host holds for one instance.
+#define WOVYR_MAX_HANDLES 1024
 
 typedef struct wovyr_ccall {
   // Inputs.
@@ -53,6 +60,11 @@ void wovyr_cinst_delete(wovyr_cinst *c);
 // there, else to call->result. The caller owns call, args and out (Go
 // memory: C keeps no pointer to them).
 void wovyr_cinst_call(wovyr_cinst *c, wovyr_ccall *call, const uint8_t *args, uint8_t *out, size_t out_cap);
+
+// wovyr_cinst_drop drops the resource in slot (running the guest's
+// destructor under call's fuel and deadline, whose end it sets) and frees
+// the slot. A slot that holds nothing ends WOVYR_CEND_BAD_ARGS.
+void wovyr_cinst_drop(wovyr_cinst *c, wovyr_ccall *call, uint32_t slot);
 
 // wovyr_linker_define defines interface iface (iface_len bytes) in linker
 // with n functions: names holds their names back to back, name_lens their

@@ -112,7 +112,7 @@ func wovyrHostCall(fn, inst C.uintptr_t, args *C.uint8_t, argsLen C.size_t, out 
 		return C.WOVYR_CEND_TRAP
 	}
 	if res != nil {
-		enc := encodeVal(nil, res)
+		enc := encodeVal(nil, res, nil)
 		*out = (*C.uint8_t)(C.CBytes(enc))
 		*outLen = C.size_t(len(enc))
 	}

@@ -59,6 +59,7 @@ type Instance struct {
 	poisoned bool
 	host     *instHost  // nil when the linker defines no host functions
 	handle   cgo.Handle // host's, as the store knows it
+	handles  map[uint64]*held
 }
 
 // Instantiate makes a fresh instance of c, linked by l, in a new store.
@@ -121,8 +122,13 @@ func (in *Instance) Call(ctx context.Context, f *Export, args []Val, s CallSpec)
 	if len(args) != len(f.Type.Params) {
 		return nil, fmt.Errorf("wasmcapi: %s takes %d arguments, got %d", f.Name, len(f.Type.Params), len(args))
 	}
+	if f.resources {
+		if err := in.checkHandles(f, args); err != nil {
+			return nil, err
+		}
+	}
 	var encBuf [256]byte
-	enc := encodeVals(encBuf[:0], args)
+	enc := encodeVals(encBuf[:0], args, in)
 	var call C.wovyr_ccall
 	call._func = f.idx
 	call.args_len, call.nargs = C.size_t(len(enc)), C.size_t(len(args))
@@ -131,33 +137,20 @@ func (in *Instance) Call(ctx context.Context, f *Export, args []Val, s CallSpec)
 	}
 	call.fuel = C.uint64_t(s.Fuel)
 	call.wall_ns = C.uint64_t(s.Wall.Nanoseconds())
-	in.ptr.cancel = 0
-	if ctx.Done() != nil {
-		cancel := (*int32)(unsafe.Pointer(&in.ptr.cancel))
-		stop := context.AfterFunc(ctx, func() { atomic.StoreInt32(cancel, 1) })
-		defer stop()
-	}
-	if in.host != nil {
-		in.host.ctx = ctx
-		defer func() { in.host.ctx = nil }()
-	}
+	defer in.disarm(in.arm(ctx))
 	var out [256]byte
 
 	C.wovyr_cinst_call(in.ptr, &call, (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(enc))),
 		(*C.uint8_t)(unsafe.Pointer(&out[0])), C.size_t(len(out)))
-
-	if call.message != nil {
-		defer C.free(unsafe.Pointer(call.message))
+	if f.resources {
+		in.release()
 	}
+
 	if call.result != nil {
 		defer C.free(unsafe.Pointer(call.result))
 	}
-	r := &CallResult{End: CallEnd(call.end), FuelUsed: uint64(call.fuel_used), Took: time.Duration(call.call_ns)}
-	if call.message != nil {
-		r.Message = oneLine(C.GoString(call.message))
-	}
+	r := in.ended(&call)
 	if r.End != CallOK {
-		in.poisoned = true
 		return r, nil
 	}
 	if call.has_result != 0 {
@@ -165,14 +158,54 @@ func (in *Instance) Call(ctx context.Context, f *Export, args []Val, s CallSpec)
 		if call.result != nil {
 			res = unsafe.Slice((*byte)(unsafe.Pointer(call.result)), int(call.result_len))
 		}
-		v, err := decodeVal(res)
+		v, err := decodeVal(res, in)
 		if err != nil {
 			in.poisoned = true
 			return nil, err
 		}
+		in.typeHandles(f.Type.Result, &v)
 		r.Result = &v
 	}
 	return r, nil
+}
+
+// ended reads how call ended (freeing its message); any end but CallOK
+// poisons the instance.
+func (in *Instance) ended(call *C.wovyr_ccall) *CallResult {
+	r := &CallResult{End: CallEnd(call.end), FuelUsed: uint64(call.fuel_used), Took: time.Duration(call.call_ns)}
+	if call.message != nil {
+		r.Message = oneLine(C.GoString(call.message))
+		C.free(unsafe.Pointer(call.message))
+		call.message = nil
+	}
+	if r.End != CallOK {
+		in.poisoned = true
+	}
+	return r
+}
+
+// arm readies the instance for a call under ctx: cancellation reaches the
+// epoch callback, and host functions see ctx. Pass what it returns to
+// disarm when the call is over.
+func (in *Instance) arm(ctx context.Context) (stop func() bool) {
+	in.ptr.cancel = 0
+	if ctx.Done() != nil {
+		cancel := (*int32)(unsafe.Pointer(&in.ptr.cancel))
+		stop = context.AfterFunc(ctx, func() { atomic.StoreInt32(cancel, 1) })
+	}
+	if in.host != nil {
+		in.host.ctx = ctx
+	}
+	return stop
+}
+
+func (in *Instance) disarm(stop func() bool) {
+	if stop != nil {
+		stop()
+	}
+	if in.host != nil {
+		in.host.ctx = nil
+	}
 }
 
 // Poisoned reports whether a failed call has made the instance unusable.
@@ -183,6 +216,7 @@ func (in *Instance) Close() {
 	if in.ptr != nil {
 		C.wovyr_cinst_delete(in.ptr)
 		in.ptr = nil
+		in.handles = nil
 	}
 	if in.host != nil {
 		in.handle.Delete()
@@ -193,7 +227,7 @@ func (in *Instance) Close() {
 // roundTrip passes vals through Wasmtime's own value representation and
 // back (the codec's test).
 func roundTrip(vals []Val) ([]Val, error) {
-	enc := encodeVals(nil, vals)
+	enc := encodeVals(nil, vals, nil)
 	var out *C.uint8_t
 	var n C.size_t
 	in := C.CBytes(append(enc, 0)) // never empty

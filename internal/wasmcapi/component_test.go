@@ -249,7 +249,7 @@ func TestCodecRoundTripsThroughWasmtime(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range vals {
-		want, _ := decodeVal(encodeVal(nil, &vals[i])) // the decoder's normal form
+		want, _ := decodeVal(encodeVal(nil, &vals[i], nil), nil) // the decoder's normal form
 		if !reflect.DeepEqual(got[i], want) {
 			t.Errorf("%s: got %+v, want %+v", vals[i].Kind, got[i], want)
 		}

@@ -16,6 +16,7 @@ import (
 //	option: Payload (nil: none)
 //	result: Ok, and Payload (nil when that case has none)
 //	flags: Names (the flags that are set)
+//	resource: Handle, the instance's name for the resource (component_resource.go)
 //
 // A list<u8> may be held in Bytes instead of Elems: host functions return
 // bodies that way, and their list<u8> arguments arrive that way, so a
@@ -33,6 +34,7 @@ type Val struct {
 	Payload *Val
 	Ok      bool
 	Bytes   []byte
+	Handle  uint64
 }
 
 // ListBytes returns a list<u8>'s bytes, from Bytes or from Elems.
@@ -47,15 +49,16 @@ func (v *Val) ListBytes() []byte {
 	return b
 }
 
-// encodeVals writes vals in component.c's codec.
-func encodeVals(buf []byte, vals []Val) []byte {
+// encodeVals writes vals in component.c's codec. Resources are the
+// handles of in (nil where there can be none: host calls).
+func encodeVals(buf []byte, vals []Val, in *Instance) []byte {
 	for i := range vals {
-		buf = encodeVal(buf, &vals[i])
+		buf = encodeVal(buf, &vals[i], in)
 	}
 	return buf
 }
 
-func encodeVal(b []byte, v *Val) []byte {
+func encodeVal(b []byte, v *Val, in *Instance) []byte {
 	b = append(b, byte(v.Kind))
 	switch v.Kind {
 	case KindBool:
@@ -97,34 +100,41 @@ func encodeVal(b []byte, v *Val) []byte {
 		}
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(v.Elems)))
 		for i := range v.Elems {
-			b = encodeVal(b, &v.Elems[i])
+			b = encodeVal(b, &v.Elems[i], in)
 		}
 		return b
 	case KindRecord:
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(v.Elems)))
 		for i := range v.Elems {
 			b = appendName(b, v.Names[i])
-			b = encodeVal(b, &v.Elems[i])
+			b = encodeVal(b, &v.Elems[i], in)
 		}
 		return b
 	case KindVariant:
 		b = appendName(b, v.Str)
-		return appendPayload(b, v.Payload)
+		return appendPayload(b, v.Payload, in)
 	case KindOption:
-		return appendPayload(b, v.Payload)
+		return appendPayload(b, v.Payload, in)
 	case KindResult:
 		if v.Ok {
 			b = append(b, 1)
 		} else {
 			b = append(b, 0)
 		}
-		return appendPayload(b, v.Payload)
+		return appendPayload(b, v.Payload, in)
 	case KindFlags:
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(v.Names)))
 		for _, n := range v.Names {
 			b = appendName(b, n)
 		}
 		return b
+	case KindResource:
+		h := in.handles[v.Handle] // Call checked it is held
+		b = binary.LittleEndian.AppendUint32(b, h.slot)
+		if h.moving {
+			return append(b, 1)
+		}
+		return append(b, 0)
 	}
 	panic(fmt.Sprintf("wasmcapi: cannot encode a %s value", v.Kind)) // callers build vals from types
 }
@@ -134,18 +144,19 @@ func appendName(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func appendPayload(b []byte, p *Val) []byte {
+func appendPayload(b []byte, p *Val, in *Instance) []byte {
 	if p == nil {
 		return append(b, 0)
 	}
-	return encodeVal(append(b, 1), p)
+	return encodeVal(append(b, 1), p, in)
 }
 
 var errCodec = errors.New("wasmcapi: malformed encoded value")
 
 type reader struct {
 	b     []byte
-	bytes bool // lists of u8 go into Val.Bytes
+	bytes bool      // lists of u8 go into Val.Bytes
+	in    *Instance // whose table the resources are in; nil: none may come
 }
 
 func (r *reader) take(n int) ([]byte, error) {
@@ -269,6 +280,17 @@ func (r *reader) val(depth int) (Val, error) {
 		for i := 0; i < n && err == nil; i++ {
 			v.Names[i], err = r.name()
 		}
+	case KindResource:
+		var slot uint32
+		if slot, err = r.u32(); err == nil {
+			_, err = r.take(1)
+		}
+		if err == nil && r.in == nil {
+			err = errCodec
+		}
+		if err == nil {
+			v.Handle = r.in.hold(slot)
+		}
 	default:
 		err = errCodec
 	}
@@ -288,9 +310,9 @@ func (r *reader) u8s(n int) bool {
 	return true
 }
 
-// decodeVal reads exactly one value.
-func decodeVal(b []byte) (Val, error) {
-	r := reader{b: b}
+// decodeVal reads exactly one value; its resources are in's.
+func decodeVal(b []byte, in *Instance) (Val, error) {
+	r := reader{b: b, in: in}
 	v, err := r.val(0)
 	if err == nil && len(r.b) != 0 {
 		err = errCodec

@@ -20,6 +20,8 @@
 // result, with fuel and the epoch deadline as for core modules. Values cross
 // cgo in a small binary codec rather than as C structs built from Go, so a
 // call allocates on the C side only what Wasmtime will free itself.
+// Resources a call returns stay in the instance's table on the C side; Go
+// sees numbered handles (component_resource.go).
 //
 // The layer declares the C functions it uses in capi.h instead of including
 // the wrapper's headers (cgo cannot name another module's directory);
