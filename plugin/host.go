@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
@@ -94,6 +95,9 @@ type Host struct {
 	ticker *wasmcapi.EpochTicker // one for every call of the engine
 	// compiles counts components compiled rather than loaded from Dir.
 	compiles atomic.Int64
+	// idPrefix and calls make invocation ids ("pc-1f2e3d4c-1a").
+	idPrefix string
+	calls    atomic.Uint64
 
 	mu        sync.Mutex
 	plugins   map[string]*Plugin
@@ -133,7 +137,9 @@ func NewHost(cfg Config) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plugin: %w", err)
 	}
-	h := &Host{cfg: cfg, engine: e, plugins: map[string]*Plugin{}}
+	var id [4]byte
+	_, _ = rand.Read(id[:])
+	h := &Host{cfg: cfg, engine: e, plugins: map[string]*Plugin{}, idPrefix: "pc-" + hex.EncodeToString(id[:]) + "-"}
 	if h.bare, err = e.NewLinker(false); err == nil {
 		h.wasi, err = e.NewLinker(true)
 	}

@@ -2,8 +2,7 @@ package plugin
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"strconv"
 	"time"
 
 	"github.com/wovyr/wovyr/internal/wasmcapi"
@@ -92,11 +91,13 @@ func stateOf(ctx context.Context) *callState {
 	return st
 }
 
-// newInvocationID names a plugin call in logs and egress decisions.
-func newInvocationID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "pc-" + hex.EncodeToString(b[:])
+// newInvocationID names a plugin call in logs and egress decisions: the
+// host's random prefix and its count of calls, unique across restarts
+// without a read of the system's random source per call.
+func (h *Host) newInvocationID() string {
+	var b [24]byte
+	n := copy(b[:], h.idPrefix)
+	return string(strconv.AppendUint(b[:n], h.calls.Add(1), 36))
 }
 
 // end releases what the call's host functions took.

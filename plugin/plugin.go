@@ -198,7 +198,7 @@ func (h *Host) Call(ctx context.Context, tenant, name, fn string, args json.RawM
 	} else if in, fresh, err = p.take(tenant); err != nil {
 		return nil, err
 	}
-	st := &callState{host: h, tenant: tenant, plugin: name, invocation: newInvocationID(), opts: opts,
+	st := &callState{host: h, tenant: tenant, plugin: name, invocation: h.newInvocationID(), opts: opts,
 		deadline: time.Now().Add(p.limits.wall())}
 	h.begin()
 	spec := wasmcapi.CallSpec{Fuel: p.limits.Fuel, Wall: p.limits.wall()}

@@ -197,6 +197,9 @@ func (p *Plugin) sweepPinned() {
 // handleError is bad-input for a handle the instance refused before
 // anything ran (one of another resource type, or passed twice).
 func handleError(err error) (error, bool) {
+	if err == nil {
+		return nil, false
+	}
 	var he *wasmcapi.HandleError
 	if !errors.As(err, &he) {
 		return nil, false

@@ -75,7 +75,15 @@ func Args(ft *wasmcapi.FuncType, raw json.RawMessage) ([]wasmcapi.Val, error) {
 	}
 	out := make([]wasmcapi.Val, len(ft.Params))
 	for i, p := range ft.Params {
-		val, err := fromJSON(p.Type, in[i], "args."+p.Name)
+		// The path names only an error: a scalar's is made if it fails.
+		path := ""
+		if p.Type.Kind > wasmcapi.KindString {
+			path = "args." + p.Name
+		}
+		val, err := fromJSON(p.Type, in[i], path)
+		if err != nil && path == "" {
+			_, err = fromJSON(p.Type, in[i], "args."+p.Name)
+		}
 		if err != nil {
 			return nil, err
 		}

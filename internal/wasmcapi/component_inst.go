@@ -60,6 +60,16 @@ type Instance struct {
 	host     *instHost  // nil when the linker defines no host functions
 	handle   cgo.Handle // host's, as the store knows it
 	handles  map[uint64]*held
+	bufs     *callBufs
+}
+
+// callBufs is an instance's memory for a call's C record, its encoded
+// arguments and its result: memory that cgo sees escapes to the heap, and
+// an instance makes one call at a time.
+type callBufs struct {
+	call C.wovyr_ccall
+	enc  [256]byte
+	out  [256]byte
 }
 
 // Instantiate makes a fresh instance of c, linked by l, in a new store.
@@ -127,9 +137,13 @@ func (in *Instance) Call(ctx context.Context, f *Export, args []Val, s CallSpec)
 			return nil, err
 		}
 	}
-	var encBuf [256]byte
-	enc := encodeVals(encBuf[:0], args, in)
-	var call C.wovyr_ccall
+	if in.bufs == nil {
+		in.bufs = new(callBufs)
+	}
+	b := in.bufs
+	b.call = C.wovyr_ccall{}
+	call := &b.call
+	enc := encodeVals(b.enc[:0], args, in)
 	call._func = f.idx
 	call.args_len, call.nargs = C.size_t(len(enc)), C.size_t(len(args))
 	if f.Type.Result != nil {
@@ -138,10 +152,8 @@ func (in *Instance) Call(ctx context.Context, f *Export, args []Val, s CallSpec)
 	call.fuel = C.uint64_t(s.Fuel)
 	call.wall_ns = C.uint64_t(s.Wall.Nanoseconds())
 	defer in.disarm(in.arm(ctx))
-	var out [256]byte
-
-	C.wovyr_cinst_call(in.ptr, &call, (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(enc))),
-		(*C.uint8_t)(unsafe.Pointer(&out[0])), C.size_t(len(out)))
+	C.wovyr_cinst_call(in.ptr, call, (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(enc))),
+		(*C.uint8_t)(unsafe.Pointer(&b.out[0])), C.size_t(len(b.out)))
 	if f.resources {
 		in.release()
 	}
@@ -149,12 +161,12 @@ func (in *Instance) Call(ctx context.Context, f *Export, args []Val, s CallSpec)
 	if call.result != nil {
 		defer C.free(unsafe.Pointer(call.result))
 	}
-	r := in.ended(&call)
+	r := in.ended(call)
 	if r.End != CallOK {
 		return r, nil
 	}
 	if call.has_result != 0 {
-		res := out[:call.result_len:call.result_len]
+		res := b.out[:call.result_len:call.result_len]
 		if call.result != nil {
 			res = unsafe.Slice((*byte)(unsafe.Pointer(call.result)), int(call.result_len))
 		}
