@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -458,9 +459,48 @@ func writeFiles(dir string, files []File) error {
 		if mode == 0 {
 			mode = 0o644
 		}
-		if err := root.WriteFile(f.Path, f.Data, mode); err != nil {
+		var err error
+		if f.From != "" {
+			err = placeFile(root, f.Path, f.From, mode)
+		} else {
+			err = root.WriteFile(f.Path, f.Data, mode)
+		}
+		if err != nil {
 			return fmt.Errorf("file %s: %w", f.Path, err)
 		}
 	}
 	return nil
+}
+
+// placeFile moves from (a file the host placed, never a link) to path in
+// root with mode: renamed where both are on one filesystem (the file the
+// host wrote counts against the sandbox's disk until it is gone), else
+// copied and removed.
+func placeFile(root *os.Root, path, from string, mode os.FileMode) error {
+	src, err := os.OpenFile(from, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(from)
+	defer src.Close()
+	// Renamed only into the root itself: a name in a directory below
+	// could lead, through a link a session's command made, out of it.
+	if filepath.Dir(path) == "." {
+		if _, err := root.Lstat(path); errors.Is(err, fs.ErrNotExist) && os.Rename(from, filepath.Join(root.Name(), path)) == nil {
+			fi, err := root.Lstat(path)
+			if err == nil && fi.Mode().Perm() != mode.Perm() {
+				err = root.Chmod(path, mode)
+			}
+			return err
+		}
+	}
+	dst, err := root.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(dst, src)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -106,6 +106,11 @@ type File struct {
 	Path string `json:"path"`
 	Data []byte `json:"data"`
 	Mode uint32 `json:"mode,omitempty"`
+	// From, instead of Data, names a file the host placed in the
+	// sandbox's job directory (a large one: megabytes through the
+	// protocol cost seconds under gVisor); the agent copies it to Path and
+	// removes it.
+	From string `json:"from,omitempty"`
 }
 
 // Reply is the agent's answer to one Job.

@@ -37,13 +37,15 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	fuel := fs.Uint64("fuel", 0, "fuel for the call (0: the host default)")
 	memory := fs.Int64("memory", 0, "linear memory bytes (0: the host default)")
 	wall := fs.Duration("wall", 0, "the call's deadline (0: the host default)")
+	compiled := fs.Bool("compiled", false, "COMPONENT is the host's compiled component (trusted as machine code), not a component")
+	engineMemory := fs.Uint64("engine-memory", 0, "with -compiled: the compiling engine's largest linear memory, which shapes its code")
 	var grants []string
 	fs.Func("grant", "an interface the component may import (repeatable)", func(v string) error {
 		grants = append(grants, v)
 		return nil
 	})
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: wovyr component-exec -func NAME [-grant IFACE]... [-fuel N] [-memory BYTES] [-wall D] COMPONENT < ARGS_JSON")
+		fmt.Fprintln(stderr, "usage: wovyr component-exec -func NAME [-grant IFACE]... [-fuel N] [-memory BYTES] [-wall D] [-compiled -engine-memory BYTES] COMPONENT < ARGS_JSON")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil || fs.NArg() != 1 || *fn == "" {
@@ -55,10 +57,6 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	fail := func(code int, err error) int {
 		fmt.Fprintln(stderr, "wovyr component-exec:", err)
 		return code
-	}
-	wasm, err := os.ReadFile(fs.Arg(0))
-	if err != nil {
-		return fail(execRefused, err)
 	}
 	in, err := io.ReadAll(io.LimitReader(stdin, maxExecArgs+1))
 	if err != nil || len(in) > maxExecArgs {
@@ -74,13 +72,23 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return fail(execInternal, err)
 	}
 	lim := Limits{Fuel: *fuel, Memory: *memory, WallMS: wall.Milliseconds()}
-	h, err := NewHost(Config{Floors: floors, Limits: lim, Slots: 2, MaxIdle: 1, EpochTick: time.Millisecond})
+	h, err := NewHost(Config{Floors: floors, Limits: lim, Slots: 2, MaxIdle: 1, EpochTick: time.Millisecond, engineMemory: *engineMemory})
 	if err != nil {
 		return fail(execInternal, err)
 	}
 	defer h.Close()
-	m := &Manifest{Name: "plugin", Component: Digest(wasm), Trust: sandbox.Untrusted, Capabilities: grants}
-	if _, err := h.Load(m, wasm); err != nil {
+	m := &Manifest{Name: "plugin", Trust: sandbox.Untrusted, Capabilities: grants}
+	if *compiled {
+		// Mapped, not read: a JavaScript component's code is 60 MB.
+		_, err = h.loadCompiled(m, fs.Arg(0))
+	} else {
+		var wasm []byte
+		if wasm, err = os.ReadFile(fs.Arg(0)); err == nil {
+			m.Component = Digest(wasm)
+			_, err = h.Load(m, wasm)
+		}
+	}
+	if err != nil {
 		return fail(execRefused, err)
 	}
 	r, err := h.Call(ctx, "runner", "plugin", *fn, json.RawMessage(in), CallOptions{})

@@ -82,6 +82,10 @@ type Config struct {
 	// weak is the battery's positive controls' one weakened property
 	// (battery.go); never set outside them.
 	weak weakness
+	// engineMemory, when not zero, is the engine's largest linear memory
+	// instead of Limits.Memory: the runner's, to load what a host with
+	// that engine compiled (exec.go).
+	engineMemory uint64
 }
 
 // Host loads component plugins and calls their functions in-process. It is
@@ -128,6 +132,9 @@ func NewHost(cfg Config) (*Host, error) {
 	// A component's core instances and memories come out of the same pool,
 	// so those get several slots per component instance.
 	maxMemory := uint64(max(cfg.Limits.Memory, 64<<10))
+	if cfg.engineMemory != 0 {
+		maxMemory = cfg.engineMemory
+	}
 	if cfg.weak == weakNoMemoryLimit {
 		maxMemory = 1 << 30
 	}
@@ -187,6 +194,25 @@ func (h *Host) Load(m *Manifest, wasm []byte) (*Info, error) {
 	if err != nil {
 		return nil, err
 	}
+	var code *isolatedCode
+	if isolated {
+		if code, err = shipped(comp, wasm); err != nil {
+			comp.Close()
+			return nil, err
+		}
+	}
+	p, err := h.plugin(m, lim, comp, code)
+	if err != nil {
+		return nil, err
+	}
+	return h.install(p)
+}
+
+// plugin checks comp's imports against m's grants and what this host
+// offers, and makes the plugin, run out of process from code when that is
+// not nil; it closes comp when it refuses.
+func (h *Host) plugin(m *Manifest, lim Limits, comp *wasmcapi.Component, code *isolatedCode) (*Plugin, error) {
+	isolated := code != nil
 	if err := checkImports(comp.Imports(), m.capabilities()); err != nil && h.cfg.weak != weakNoImportCheck {
 		comp.Close()
 		return nil, err
@@ -206,16 +232,42 @@ func (h *Host) Load(m *Manifest, wasm []byte) (*Info, error) {
 		p.linker = h.wasi
 	}
 	if isolated {
-		// Instantiating runs the component's start: never here.
-		p.wasm = wasm
-	} else {
-		in, err := p.linker.Instantiate(comp, wasmcapi.Limits{Memory: lim.Memory})
-		if err != nil {
-			comp.Close()
-			return nil, sandbox.Wrap(sandbox.BadInput, err, "the component does not instantiate")
-		}
-		in.Close()
+		p.isolated = code // instantiating runs the component's start: never here
+		return p, nil
 	}
+	in, err := p.linker.Instantiate(comp, wasmcapi.Limits{Memory: lim.Memory})
+	if err != nil {
+		comp.Close()
+		return nil, sandbox.Wrap(sandbox.BadInput, err, "the component does not instantiate")
+	}
+	in.Close()
+	return p, nil
+}
+
+// loadCompiled installs, under m, the compiled component in the file at
+// path, which a host with this host's engine settings serialized. Only the
+// plugin runner calls it (exec.go): Wasmtime trusts what it deserializes
+// as machine code, so the file must come from the host that started the
+// runner, never from a tenant.
+func (h *Host) loadCompiled(m *Manifest, path string) (*Info, error) {
+	lim, err := m.Limits.within(h.cfg.Limits)
+	if err != nil {
+		return nil, err
+	}
+	comp, err := h.engine.DeserializeComponentFile(path)
+	if err != nil {
+		return nil, sandbox.Wrap(sandbox.BadInput, err, "the compiled component does not load")
+	}
+	p, err := h.plugin(m, lim, comp, nil)
+	if err != nil {
+		return nil, err
+	}
+	return h.install(p)
+}
+
+// install puts p under its name, replacing the plugin of that name.
+func (h *Host) install(p *Plugin) (*Info, error) {
+	m, comp := &p.manifest, p.comp
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()

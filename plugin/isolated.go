@@ -18,6 +18,14 @@ import (
 // wasm module of that class runs through `wovyr wasm-exec`. The host still
 // compiles the component, for its types (arguments are checked here, and
 // nothing runs when they do not match), but never instantiates it.
+//
+// The runner gets the host's compiled component, not the component, where
+// it fits in an invocation's files: a 12 MB JavaScript component compiles
+// in about 10 s and deserializes in milliseconds. Wasmtime trusts what it
+// deserializes as machine code, and here that is right: the host compiled
+// it, and whatever it does, it does inside the sandbox, which is the
+// boundary for this trust class. The runner's engine is made with the
+// host's code-shaping settings (-engine-memory), so the code fits it.
 
 // Runner runs one invocation at its policy's floor; *manager.Manager is
 // one.
@@ -26,9 +34,35 @@ type Runner interface {
 }
 
 // isolatedGrace is the runner's time besides the call's own deadline:
-// its start and the component's compile (a 12 MB JavaScript component
-// takes about 10 s).
+// its start and the component's load (or its compile, where the compiled
+// component is too large to ship: a 12 MB JavaScript component takes
+// about 10 s).
 const isolatedGrace = 30 * time.Second
+
+// isolatedCode is what a plugin's calls run out of process: the compiled
+// component, or the component where that is too large to ship.
+type isolatedCode struct {
+	file     []byte
+	compiled bool
+}
+
+// maxShipped bounds the compiled component shipped with a call: the
+// invocation's files hold at most sandbox.MaxFileBytes, and the call's
+// arguments travel beside it.
+const maxShipped = sandbox.MaxFileBytes - 4<<20
+
+// shipped is what an isolated plugin of comp (compiled from wasm) sends
+// with each call.
+func shipped(comp *wasmcapi.Component, wasm []byte) (*isolatedCode, error) {
+	b, err := comp.Serialize()
+	if err != nil {
+		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "serialize the component")
+	}
+	if len(b) > maxShipped {
+		return &isolatedCode{file: wasm}, nil
+	}
+	return &isolatedCode{file: b, compiled: true}, nil
+}
 
 // isolatedMemory is the runner's memory besides the plugin's linear
 // memory: Wasmtime, the compile.
@@ -56,6 +90,9 @@ func (p *Plugin) callIsolated(ctx context.Context, tenant string, f *wasmcapi.Ex
 	argv := append([]string(nil), h.cfg.IsolatedArgv...)
 	argv = append(argv, "-func", f.Name, "-fuel", strconv.FormatUint(p.limits.Fuel, 10),
 		"-memory", strconv.FormatInt(p.limits.Memory, 10), "-wall", p.limits.wall().String())
+	if p.isolated.compiled {
+		argv = append(argv, "-compiled", "-engine-memory", strconv.FormatUint(h.engine.Config().MaxMemory, 10))
+	}
 	for _, g := range p.manifest.Capabilities {
 		argv = append(argv, "-grant", g)
 	}
@@ -63,8 +100,9 @@ func (p *Plugin) callIsolated(ctx context.Context, tenant string, f *wasmcapi.Ex
 	inv := &sandbox.Invocation{
 		Tenant: tenant,
 		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: argv, Stdin: args,
-			Files: []sandbox.File{{Path: componentFile, Data: p.wasm, Mode: 0o444}}},
-		Limits: sandbox.Limits{Wall: p.limits.wall() + isolatedGrace, Memory: p.limits.Memory + isolatedMemory, Output: 4 << 20},
+			Files: []sandbox.File{{Path: componentFile, Data: p.isolated.file, Mode: 0o444}}},
+		Limits: sandbox.Limits{Wall: p.limits.wall() + isolatedGrace, Memory: p.limits.Memory + isolatedMemory, Output: 4 << 20,
+			Disk: max(sandbox.DefaultDisk, int64(len(p.isolated.file))+16<<20)},
 		Policy: sandbox.Policy{Trust: p.manifest.Trust},
 	}
 	res, err := h.cfg.Isolated.Run(ctx, inv)

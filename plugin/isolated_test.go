@@ -1,12 +1,17 @@
 package plugin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/wovyr/wovyr/internal/wasmcapi"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
@@ -39,10 +44,32 @@ func TestIsolatedCalls(t *testing.T) {
 		t.Errorf("result %+v", r)
 	}
 	w := run.inv.Workload
-	want := []string{"/runner", "component-exec", "-func", "add", "-fuel", "1000", "-memory", "1048576", "-wall", "500ms", "component.wasm"}
+	want := []string{"/runner", "component-exec", "-func", "add", "-fuel", "1000", "-memory", "1048576", "-wall", "500ms",
+		"-compiled", "-engine-memory", strconv.FormatUint(h.engine.Config().MaxMemory, 10), "component.wasm"}
 	if !reflect.DeepEqual(w.Argv, want) || string(w.Stdin) != `{"a": 40, "b": 2}` || run.inv.Policy.Trust != sandbox.Untrusted ||
-		len(w.Files) != 1 || w.Files[0].Mode != 0o444 || string(w.Files[0].Data) != string(calc) || run.inv.Tenant != "acme" {
+		len(w.Files) != 1 || w.Files[0].Mode != 0o444 || wasmcapi.IsComponent(w.Files[0].Data) || run.inv.Tenant != "acme" {
 		t.Errorf("invocation %+v", run.inv)
+	}
+	// The runner loads what was shipped (the compiled component) and calls.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, componentFile), w.Files[0].Data, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	argv := append(append([]string(nil), w.Argv[2:len(w.Argv)-1]...), filepath.Join(dir, componentFile))
+	var stdout, stderr bytes.Buffer
+	if code := ExecMain(context.Background(), argv, bytes.NewReader(w.Stdin), &stdout, &stderr); code != execOK ||
+		!strings.Contains(stdout.String(), `"value":42`) {
+		t.Fatalf("the runner on what was shipped: exit %d, %s %s", code, stdout.String(), stderr.String())
+	}
+	// What is not a compiled component is refused, typed.
+	if err := os.WriteFile(argv[len(argv)-1], calc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := ExecMain(context.Background(), argv, bytes.NewReader(w.Stdin), &stdout, &stderr); code != execRefused ||
+		!strings.Contains(stderr.String(), "the compiled component does not load") {
+		t.Fatalf("a component passed as compiled: exit %d, %s", code, stderr.String())
 	}
 	for _, bad := range []string{`{"value": "42", "end": "ok"}`, `{"value": 4294967296, "end": "ok"}`, `not json`} {
 		run.stdout = bad

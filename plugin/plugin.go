@@ -20,7 +20,7 @@ type Plugin struct {
 	limits   Limits
 	comp     *wasmcapi.Component
 	linker   *wasmcapi.Linker
-	wasm     []byte // the component, for a plugin run out of process (isolated.go); nil in-process
+	isolated *isolatedCode // what a plugin run out of process runs (isolated.go); nil in-process
 
 	drops map[string]*wasmcapi.Export // "iface#[resource-drop]R" for each resource R (resource.go)
 
@@ -54,7 +54,7 @@ type Function struct {
 func (p *Plugin) info() *Info {
 	in := &Info{Name: p.manifest.Name, Component: p.manifest.Component, Trust: p.manifest.Trust,
 		Capabilities: append([]string{}, p.manifest.Capabilities...), Imports: p.comp.Imports(), Limits: p.limits,
-		Isolated: p.wasm != nil}
+		Isolated: p.isolated != nil}
 	if in.Imports == nil {
 		in.Imports = []string{}
 	}
@@ -180,7 +180,7 @@ func (h *Host) Call(ctx context.Context, tenant, name, fn string, args json.RawM
 	if err := p.checkNetwork(opts); err != nil {
 		return nil, err
 	}
-	if p.wasm != nil {
+	if p.isolated != nil {
 		if err := refuseIsolatedResources(name, f); err != nil {
 			return nil, err
 		}

@@ -1,17 +1,23 @@
 package oci
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/wovyr/wovyr/agent"
 	"github.com/wovyr/wovyr/idmap"
 	"github.com/wovyr/wovyr/netpolicy"
 	"github.com/wovyr/wovyr/sandbox"
@@ -112,6 +118,57 @@ func TestFilesInAndCollect(t *testing.T) {
 			res := run(t, b, inv)
 			if string(res.Stdout) != "hello" || len(res.Files) != 1 || res.Files[0].Path != "out.txt" || string(res.Files[0].Data) != "HELLO" {
 				t.Fatalf("stdout %q files %+v stderr %q", res.Stdout, res.Files, res.Stderr)
+			}
+		})
+	}
+}
+
+// TestLargeFilesIn: files of a megabyte or more reach the workspace through
+// the job directory, not the agent's protocol, and arrive exactly as small
+// ones do: the same bytes, mode and owner, at the top of the workspace or
+// below it, counted once against the disk, and nothing left behind in the
+// job directory or on the host.
+func TestLargeFilesIn(t *testing.T) {
+	for name, b := range newBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			top, below := bytes.Repeat([]byte("wovyr"), 3<<20/5), bytes.Repeat([]byte{7}, hostPlaced)
+			inv := cmd("/bin/sh", "-c", "sha256sum big.bin d/e/below.bin | cut -c1-64; stat -c '%a %u' big.bin d/e/below.bin; ls -A /.wovyr/job; echo more >> big.bin")
+			inv.Workload.Files = []sandbox.File{{Path: "big.bin", Data: top, Mode: 0o640}, {Path: "d/e/below.bin", Data: below, Mode: 0o444},
+				{Path: "small", Data: []byte("x")}}
+			inv.Limits.Disk = int64(len(top)+len(below)) + 1<<20 // both once, with a little room
+			res := run(t, b, inv)
+			want := fmt.Sprintf("%x\n%x\n640 0\n444 0\n", sha256.Sum256(top), sha256.Sum256(below))
+			if string(res.Stdout) != want || len(res.Stderr) != 0 {
+				t.Fatalf("stdout %q stderr %q, want %q", res.Stdout, res.Stderr, want)
+			}
+
+			// The large ones went by the job directory, owned by the
+			// sandbox's root, and are gone from it when the job is over.
+			ctx := context.Background()
+			sb, err := b.Prepare(ctx, sandbox.Template{Kind: sandbox.KindCommand})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sb.Destroy(ctx)
+			s := sb.(*Sandbox)
+			job := agent.Job{ID: "j1"}
+			done, err := s.placeFiles(inv.Workload.Files, &job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, f := range job.Files {
+				if large := i < 2; large != (f.From != "") || large != (f.Data == nil) {
+					t.Fatalf("file %s: from %q, %d bytes of data", f.Path, f.From, len(f.Data))
+				}
+			}
+			host := filepath.Join(s.dir, "rootfs", job.Files[0].From)
+			fi, err := os.Stat(host)
+			if err != nil || fi.Mode().Perm() != 0o640 || fi.Sys().(*syscall.Stat_t).Uid != s.slot.ids.HostUID || fi.Size() != int64(len(top)) {
+				t.Fatalf("placed file: %v %v", fi, err)
+			}
+			done()
+			if _, err := os.Lstat(host); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("placed file left after the job: %v", err)
 			}
 		})
 	}

@@ -17,7 +17,7 @@ import (
 // assertNoLeftovers checks real host state after a sandbox is destroyed: no
 // process in its cgroups or its uid range, no cgroup in any hierarchy, no
 // mount, no scratch/bundle directory, no runtime state.
-func assertNoLeftovers(t *testing.T, b *Backend, s *Sandbox) {
+func assertNoLeftovers(t testing.TB, b *Backend, s *Sandbox) {
 	t.Helper()
 	id := s.id
 	procs, _ := filepath.Glob("/proc/[0-9]*")

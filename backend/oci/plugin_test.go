@@ -16,7 +16,7 @@ import (
 // sandboxRunner runs each invocation in a fresh sandbox of b, as the
 // manager does at an untrusted plugin's floor (gVisor).
 type sandboxRunner struct {
-	t    *testing.T
+	t    testing.TB
 	b    *Backend
 	runs atomic.Int32
 }

@@ -128,8 +128,10 @@ func (s *Sandbox) runJob(ctx context.Context, inv *sandbox.Invocation, lim sandb
 		job.Wall = 0
 	}
 	job.TraceStopIsExit = s.b.weak == battery.TraceStopAsExit
-	for _, f := range inv.Workload.Files {
-		job.Files = append(job.Files, agent.File{Path: f.Path, Data: f.Data, Mode: f.Mode})
+	placed, err := s.placeFiles(inv.Workload.Files, &job)
+	defer placed()
+	if err != nil {
+		return true, err
 	}
 	wasm := inv.Workload.Kind == sandbox.KindWasm
 	if wasm {
