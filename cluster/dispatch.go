@@ -131,8 +131,12 @@ func (n *Node) claim(ctx context.Context, inv *sandbox.Invocation, m jetstream.M
 		h := m.Headers()
 		created, _ := strconv.ParseInt(h.Get(hdrCreated), 10, 64)
 		by, _ := strconv.ParseInt(h.Get(hdrDeadline), 10, 64)
-		pl, _ := json.Marshal(newPlacement(inv, m.Data(), n.o.Name, n.o.Region, time.Unix(0, created), time.Unix(0, by)))
-		_, err := n.places.Create(ctx, id, pl)
+		p, err := n.newPlacement(ctx, inv, m.Data(), n.o.Name, n.o.Region, time.Unix(0, created), time.Unix(0, by))
+		if err != nil {
+			return false, err
+		}
+		pl, _ := json.Marshal(p)
+		_, err = n.places.Create(ctx, id, pl)
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return err == nil, err
 		}
@@ -282,9 +286,12 @@ func (n *Node) queue(ctx context.Context, region string, inv *sandbox.Invocation
 	if attempt > 1 { // its placement exists: the retry's (retry.go)
 		return n.Get(ctx, inv.Tenant, inv.ID, 0)
 	}
-	pl := newPlacement(inv, data, "", region, created, by)
+	pl, err := n.newPlacement(context.WithoutCancel(ctx), inv, data, "", region, created, by)
+	if err != nil {
+		return store.Invocation{}, sandbox.Wrap(unavailable, err, "invocation %s could not be queued", inv.ID)
+	}
 	b, _ := json.Marshal(pl)
-	_, err := n.places.Create(context.WithoutCancel(ctx), inv.ID, b)
+	_, err = n.places.Create(context.WithoutCancel(ctx), inv.ID, b)
 	if err == nil {
 		return queuedRecord(inv.ID, pl), nil
 	}

@@ -125,6 +125,7 @@ type Node struct {
 
 	mu      sync.Mutex
 	serving bool
+	specKV  map[string]jetstream.KeyValue // by region (spec.go)
 	// room is poked when the executor may have room again (Freed).
 	room chan struct{}
 	// beat is when this node's last heartbeat was written (UnixNano; 0

@@ -26,8 +26,12 @@ type placement struct {
 	// answering before it ended. Final: once set, every node answers lost.
 	Lost   string    `json:"lost,omitempty"`
 	LostAt time.Time `json:"lost_at,omitzero"`
-	// Spec is the invocation itself, kept for an idempotent one so that a
-	// node of its region can run it again if its node is lost (retry.go).
+	// Retry says the invocation is idempotent and its spec is kept in its
+	// region (spec.go), so that a node of the region can run it again if
+	// its node is lost (retry.go).
+	Retry bool `json:"retry,omitempty"`
+	// Spec is the invocation itself, as nodes before the region-held specs
+	// kept it here; read, never written.
 	Spec json.RawMessage `json:"spec,omitempty"`
 	// Attempt is 2 once the cluster retried it (it does so once), after
 	// the first attempt was lost with node FirstNode; Node is empty while
@@ -57,11 +61,13 @@ type refusal struct {
 func (p *placement) waiting() bool { return p.Node == "" && p.Lost == "" && p.Refusal == nil }
 
 // newPlacement is inv's placement on node ("": waiting in region's
-// queue until expires), created then; encoded is inv as JSON where the
-// caller has it (retrySpec).
-func newPlacement(inv *sandbox.Invocation, encoded []byte, node, region string, created, expires time.Time) placement {
+// queue until expires), created then, with its spec kept in the region
+// for a retry if it is idempotent (keepSpec); encoded is inv as JSON where
+// the caller has it.
+func (n *Node) newPlacement(ctx context.Context, inv *sandbox.Invocation, encoded []byte, node, region string, created, expires time.Time) (placement, error) {
+	kept, err := n.keepSpec(ctx, region, inv, encoded)
 	return placement{Node: node, Region: region, Tenant: inv.Tenant, SpecDigest: store.Digest(inv),
-		Created: created, Expires: expires, Spec: retrySpec(inv, encoded)}
+		Created: created, Expires: expires, Retry: kept}, err
 }
 
 // lostReason is a placement's Lost for a node that left mid-invocation.
@@ -72,10 +78,14 @@ func lostReason(node string) string {
 // Placed records that this node holds inv's record, created then (a
 // local submit).
 func (n *Node) Placed(ctx context.Context, inv *sandbox.Invocation, created time.Time) error {
-	pl, _ := json.Marshal(newPlacement(inv, nil, n.o.Name, n.o.Region, created, time.Time{}))
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	_, err := n.places.Create(ctx, inv.ID, pl)
+	p, err := n.newPlacement(ctx, inv, nil, n.o.Name, n.o.Region, created, time.Time{})
+	if err != nil {
+		return err
+	}
+	pl, _ := json.Marshal(p)
+	_, err = n.places.Create(ctx, inv.ID, pl)
 	return err
 }
 
@@ -84,13 +94,18 @@ func (n *Node) Placed(ctx context.Context, inv *sandbox.Invocation, created time
 func (n *Node) Ended(ctx context.Context, id string, st store.State) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	return n.updatePlacement(ctx, id, func(pl *placement) bool {
+	kept := false
+	err := n.updatePlacement(ctx, id, func(pl *placement) bool {
 		if pl.Lost != "" || pl.Node != n.o.Name {
 			return false
 		}
-		pl.State = st
+		pl.State, kept = st, pl.Retry
 		return true
 	})
+	if err == nil && kept && st.Terminal() { // no retry now: the spec goes
+		n.dropSpec(ctx, n.o.Region, id)
+	}
+	return err
 }
 
 // Get returns the tenant's record id from the node that holds it. A node
@@ -153,7 +168,7 @@ func (n *Node) Get(ctx context.Context, tenant, id string, wait time.Duration) (
 	if pl.State.Terminal() {
 		return store.Invocation{}, sandbox.Errorf(unavailable, "", "invocation %s ended (%s) on node %s, which is not live now; its record is there", id, pl.State, pl.Node)
 	}
-	if pl.Spec != nil && pl.Attempt == 0 {
+	if (pl.Retry || pl.Spec != nil) && pl.Attempt == 0 {
 		return n.retry(ctx, id, pl)
 	}
 	return n.markLost(ctx, id, pl.Node, lostReason(pl.Node))

@@ -117,50 +117,20 @@ func (n *Node) consume(ctx context.Context, ex Executor, backends []Backend) (*p
 }
 
 // regionStream creates (or updates) the region's queue, pinned to the
-// NATS servers tagged region:<region> (EmbeddedOptions.Region): a queued
-// invocation, its stdin and files with it, is the region's data. Where the
-// NATS has fewer such servers than Replicas — a three-server NATS across
-// two regions has at most two in one of them, and a stream of two stops
-// with either — it is placed on any servers instead, with a warning,
-// unless the deployment requires pinning (Options.PinQueues): then the
-// node serves no queue rather than one outside its region.
+// region's NATS servers (inRegion): a queued invocation, its stdin and
+// files with it, is the region's data.
 func (n *Node) regionStream(ctx context.Context) (jetstream.Stream, error) {
-	tag := "region:" + n.o.Region
 	cfg := jetstream.StreamConfig{Name: streamName(n.o.Region), Subjects: []string{workPrefix + n.o.Region + ".>"},
 		Description: "wovyr work for region " + n.o.Region, Retention: jetstream.WorkQueuePolicy,
-		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, Replicas: n.o.Replicas,
-		Placement: &jetstream.Placement{Tags: []string{tag}}}
+		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, Replicas: n.o.Replicas}
 	var st jetstream.Stream
-	var unplaceable error
-	create := func() error {
-		return retry(ctx, func(ctx context.Context) error {
-			var err error
-			st, err = n.js.CreateOrUpdateStream(ctx, cfg)
-			var api *jetstream.APIError
-			if errors.As(err, &api) && (api.ErrorCode == jsNoPeers || api.ErrorCode == jsInsufficient) {
-				unplaceable = err // not passing: no retry
-				return nil
-			}
-			return err
-		})
-	}
-	if err := create(); err != nil {
-		return nil, fmt.Errorf("cluster: stream %s: %w", cfg.Name, err)
-	}
-	if unplaceable == nil {
-		return st, nil
-	}
-	if n.o.PinQueues {
-		return nil, fmt.Errorf("cluster: stream %s: region %s's queue must live on NATS servers tagged %s, and the NATS has too few for %d replicas: %w",
-			cfg.Name, n.o.Region, tag, n.o.Replicas, unplaceable)
-	}
-	n.log.Warn("cluster: the region's queue is not pinned to its region's NATS servers", "stream", cfg.Name, "tag", tag,
-		"replicas", n.o.Replicas, "error", unplaceable)
-	cfg.Placement, unplaceable = nil, nil
-	if err := create(); err != nil || unplaceable != nil {
-		return nil, fmt.Errorf("cluster: stream %s: %w", cfg.Name, errors.Join(err, unplaceable))
-	}
-	return st, nil
+	err := n.inRegion(ctx, n.o.Region, "stream "+cfg.Name, func(ctx context.Context, pl *jetstream.Placement) error {
+		cfg.Placement = pl
+		var err error
+		st, err = n.js.CreateOrUpdateStream(ctx, cfg)
+		return err
+	})
+	return st, err
 }
 
 // JetStream's error codes for a stream it cannot place.

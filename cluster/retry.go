@@ -12,7 +12,8 @@ import (
 // An idempotent invocation (sandbox.Invocation.Idempotent) whose node is
 // lost before it ends runs again, once, on a live node of its region. Its
 // placement keeps the invocation for that (Spec). The first node to find
-// the holder gone (any GET of the record) claims the retry by
+// the holder gone (any GET of the record) reads the spec from the region
+// (spec.go) and claims the retry by
 // compare-and-set (Attempt 2, Node empty) and dispatches it with a
 // message id of its own; the taker claims the placement by
 // compare-and-set too, so however many nodes look, it runs at most twice:
@@ -43,8 +44,15 @@ func retrySpec(inv *sandbox.Invocation, encoded []byte) json.RawMessage {
 // retry runs id again on a node of its region: its holder (pl.Node) is
 // gone before it ended, and it is idempotent.
 func (n *Node) retry(ctx context.Context, id string, pl placement) (store.Invocation, error) {
+	spec := pl.Spec
+	if spec == nil {
+		var err error
+		if spec, err = n.spec(ctx, pl.Region, id); err != nil {
+			return store.Invocation{}, sandbox.Wrap(unavailable, err, "node %s, which holds the record, is gone, and the spec kept for its retry cannot be read", pl.Node)
+		}
+	}
 	var inv sandbox.Invocation
-	if err := json.Unmarshal(pl.Spec, &inv); err != nil {
+	if err := json.Unmarshal(spec, &inv); err != nil {
 		return n.markLost(ctx, id, pl.Node, lostReason(pl.Node))
 	}
 	won := false
