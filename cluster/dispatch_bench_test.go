@@ -16,11 +16,22 @@ import (
 // acceptAll is an Executor that records nothing and runs nothing: it
 // answers every dispatch with a queued record at once, so that what is
 // measured is the cluster's own path.
-type acceptAll struct{ n atomic.Int64 }
+// With a store, it commits each one's queued record there first, as a
+// daemon does before it answers.
+type acceptAll struct {
+	n     atomic.Int64
+	store *store.Store
+}
 
 func (a *acceptAll) Accept(_ context.Context, inv *sandbox.Invocation) (store.Invocation, error) {
 	a.n.Add(1)
-	return store.Invocation{ID: inv.ID, Tenant: inv.Tenant, State: store.Queued, Where: store.Where{Region: "r2", Node: "exec"}}, nil
+	w := store.Where{Region: "r2", Node: "exec"}
+	if a.store != nil {
+		if err := a.store.BeginAt(inv, store.Queued, time.Now(), w); err != nil {
+			return store.Invocation{}, err
+		}
+	}
+	return store.Invocation{ID: inv.ID, Tenant: inv.Tenant, State: store.Queued, Where: w}, nil
 }
 
 func (a *acceptAll) Record(context.Context, string, string, time.Duration) (store.Invocation, error) {
@@ -47,7 +58,10 @@ func (a *acceptAll) Certified(context.Context) []cluster.Backend {
 
 // pair is an API node and an executing node of another region over one
 // embedded NATS server, the executor a stand-in.
-func pair(tb testing.TB) (api *cluster.Node, ex *acceptAll) {
+func pair(tb testing.TB) (api *cluster.Node, ex *acceptAll) { return pairWith(tb, &acceptAll{}) }
+
+// pairWith is pair with ex as the executing node's executor.
+func pairWith(tb testing.TB, ex *acceptAll) (*cluster.Node, *acceptAll) {
 	tb.Helper()
 	ns, err := cluster.StartEmbedded(cluster.EmbeddedOptions{Name: "bench", Listen: "127.0.0.1:0", StoreDir: filepath.Join(tb.TempDir(), "nats")})
 	if err != nil {
@@ -56,7 +70,7 @@ func pair(tb testing.TB) (api *cluster.Node, ex *acceptAll) {
 	tb.Cleanup(ns.Shutdown)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	api, err = cluster.Connect(ctx, cluster.Options{Name: "api", Region: "r1", URL: ns.ClientURL(), Heartbeat: 200 * time.Millisecond, Logger: quiet})
+	api, err := cluster.Connect(ctx, cluster.Options{Name: "api", Region: "r1", URL: ns.ClientURL(), Heartbeat: 200 * time.Millisecond, Logger: quiet})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -65,7 +79,6 @@ func pair(tb testing.TB) (api *cluster.Node, ex *acceptAll) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ex = &acceptAll{}
 	sctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); exec.Serve(sctx, ex) }()
@@ -99,9 +112,25 @@ func itoa(i int64) string {
 
 // BenchmarkDispatchPath is one dispatch through NATS and JetStream,
 // without a sandbox: publish to the region's stream, the executing node's
-// claim and answer, the ack. Parallel: accepted dispatches per second.
+// claim and answer, the ack; with a store, the executing node's durable
+// queued record too. Parallel: accepted dispatches per second.
 func BenchmarkDispatchPath(b *testing.B) {
-	api, _ := pair(b)
+	b.Run("no-store", func(b *testing.B) { benchDispatchPath(b, &acceptAll{}) })
+	// The executing node commits each accepted invocation's queued record
+	// to its bbolt store before it answers, as a daemon does: the whole
+	// accepted path but the sandbox.
+	b.Run("store", func(b *testing.B) {
+		st, err := store.Open(b.TempDir(), time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer st.Close()
+		benchDispatchPath(b, &acceptAll{store: st})
+	})
+}
+
+func benchDispatchPath(b *testing.B, ex *acceptAll) {
+	api, _ := pairWith(b, ex)
 	ctx := context.Background()
 	var next atomic.Int64
 	b.SetParallelism(8)
