@@ -32,6 +32,9 @@ type Plugin struct {
 	// Limits are each call's fuel, memory (bytes) and wall_ms.
 	Limits   map[string]int64 `json:"limits"`
 	SignedBy string           `json:"signed_by,omitempty"`
+	// Code is "quick" while a large component runs the quickly compiled
+	// code of its first load, "optimized" once the full compile is in.
+	Code string `json:"code,omitempty"`
 }
 
 // PluginFunction is an exported function and its WIT signature.

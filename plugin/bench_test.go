@@ -211,6 +211,7 @@ func benchLoad(b *testing.B, name string, wasm []byte) {
 	if _, err := h.Load(m, wasm); err != nil {
 		b.Fatal(err)
 	}
+	h.bg.Wait() // a large component's optimized code, sealed in the background (tier.go)
 	ours := make([]time.Duration, 0, b.N)
 	compile := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
@@ -224,7 +225,8 @@ func benchLoad(b *testing.B, name string, wasm []byte) {
 		if _, err := cold.Load(m, wasm); err != nil {
 			b.Fatal(err)
 		}
-		compile = append(compile, time.Since(t0))
+		compile = append(compile, time.Since(t0)) // the first load: a large component's quick compile
+		cold.bg.Wait()                            // its tier-up, untimed
 	}
 	b.StopTimer()
 	report(b, ours, compile) // here "raw" is a cold compile

@@ -36,6 +36,14 @@
 // component importing one the node cannot provide is refused at load.
 // ADR 0036 says why wasi:http is not the interface.
 //
+// # Compiling
+//
+// A component is compiled once and sealed in Config.Dir, so a restart
+// loads it in milliseconds. A large one's first install compiles quickly
+// (unoptimized) and serves calls from that code while the optimized code
+// compiles in the background, is sealed, and is swapped in when the
+// plugin is idle (tier.go, ADR 0040).
+//
 // # Battery
 //
 // Battery runs BATTERY.md's plugin rows (99–105) against the host, each

@@ -72,7 +72,7 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return fail(execInternal, err)
 	}
 	lim := Limits{Fuel: *fuel, Memory: *memory, WallMS: wall.Milliseconds()}
-	h, err := NewHost(Config{Floors: floors, Limits: lim, Slots: 2, MaxIdle: 1, EpochTick: time.Millisecond, engineMemory: *engineMemory})
+	h, err := NewHost(Config{Floors: floors, Limits: lim, Slots: 2, MaxIdle: 1, EpochTick: time.Millisecond, engineMemory: *engineMemory, oneShot: true})
 	if err != nil {
 		return fail(execInternal, err)
 	}

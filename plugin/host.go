@@ -82,6 +82,9 @@ type Config struct {
 	// weak is the battery's positive controls' one weakened property
 	// (battery.go); never set outside them.
 	weak weakness
+	// oneShot is the runner's host (exec.go), which makes one call and
+	// exits: a quickly compiled component is not compiled again.
+	oneShot bool
 	// engineMemory, when not zero, is the engine's largest linear memory
 	// instead of Limits.Memory: the runner's, to load what a host with
 	// that engine compiled (exec.go).
@@ -102,6 +105,13 @@ type Host struct {
 	// idPrefix and calls make invocation ids ("pc-1f2e3d4c-1a").
 	idPrefix string
 	calls    atomic.Uint64
+
+	// The quick engine and the background compiles of tier-up (tier.go).
+	quickOnce sync.Once
+	quick     *wasmcapi.Engine
+	quickErr  error
+	bg        sync.WaitGroup
+	closing   chan struct{}
 
 	mu        sync.Mutex
 	plugins   map[string]*Plugin
@@ -146,7 +156,8 @@ func NewHost(cfg Config) (*Host, error) {
 	}
 	var id [4]byte
 	_, _ = rand.Read(id[:])
-	h := &Host{cfg: cfg, engine: e, plugins: map[string]*Plugin{}, idPrefix: "pc-" + hex.EncodeToString(id[:]) + "-"}
+	h := &Host{cfg: cfg, engine: e, plugins: map[string]*Plugin{}, idPrefix: "pc-" + hex.EncodeToString(id[:]) + "-",
+		closing: make(chan struct{})}
 	if h.bare, err = e.NewLinker(false); err == nil {
 		h.wasi, err = e.NewLinker(true)
 	}
@@ -190,7 +201,7 @@ func (h *Host) Load(m *Manifest, wasm []byte) (*Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	comp, err := h.compile(m.Component, wasm)
+	comp, quick, err := h.compile(m.Component, wasm)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +216,12 @@ func (h *Host) Load(m *Manifest, wasm []byte) (*Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	return h.install(p)
+	p.quick = quick
+	info, err := h.install(p)
+	if err == nil && quick && !h.cfg.oneShot {
+		h.tierUp(p, wasm)
+	}
+	return info, err
 }
 
 // plugin checks comp's imports against m's grants and what this host
@@ -284,16 +300,15 @@ func (h *Host) install(p *Plugin) (*Info, error) {
 	return p.info(), nil
 }
 
-// compile loads the component's sealed artifact from Dir, or compiles it
-// (and seals the result there).
-func (h *Host) compile(digest string, wasm []byte) (*wasmcapi.Component, error) {
-	key := digest + "|" + h.engine.Config().CodeHash() + "|component|wasmtime-" + wasmcapi.Version
-	var path string
-	if h.cfg.Dir != "" {
-		path = filepath.Join(h.cfg.Dir, artifactName(key))
+// compile loads the component's sealed artifact from Dir, or compiles it:
+// quickly (tier.go) for a large component, which then says quick, and
+// otherwise fully, sealing the result in Dir.
+func (h *Host) compile(digest string, wasm []byte) (c *wasmcapi.Component, quick bool, err error) {
+	key, path := h.artifact(digest)
+	if path != "" {
 		c, err := h.loadSealed(path, key)
 		if err == nil {
-			return c, nil
+			return c, false, nil
 		}
 		if errors.Is(err, errRefused) {
 			h.cfg.Log.Warn("plugin: wasmtime refused a sealed component; recompiling", "path", path, "err", err)
@@ -302,6 +317,28 @@ func (h *Host) compile(digest string, wasm []byte) (*wasmcapi.Component, error) 
 		}
 		_ = os.Remove(path)
 	}
+	if len(wasm) >= quickAbove {
+		if c, err = h.compileQuick(wasm); err == nil || sandbox.ClassOf(err) == sandbox.BadInput {
+			return c, err == nil, err
+		}
+		h.cfg.Log.Warn("plugin: quick compile failed; compiling fully", "err", err)
+	}
+	c, err = h.compileSealed(key, path, wasm)
+	return c, false, err
+}
+
+// artifact is the sealed-cache key of the component with digest and its
+// file in Dir ("" without one).
+func (h *Host) artifact(digest string) (key, path string) {
+	key = digest + "|" + h.engine.Config().CodeHash() + "|component|wasmtime-" + wasmcapi.Version
+	if h.cfg.Dir != "" {
+		path = filepath.Join(h.cfg.Dir, artifactName(key))
+	}
+	return key, path
+}
+
+// compileSealed compiles wasm fully and seals the result at path (if any).
+func (h *Host) compileSealed(key, path string, wasm []byte) (*wasmcapi.Component, error) {
 	h.compiles.Add(1)
 	c, err := h.engine.CompileComponent(wasm)
 	if err != nil {
@@ -400,6 +437,10 @@ func (h *Host) Close() {
 		return
 	}
 	h.closed = true
+	close(h.closing)
+	h.mu.Unlock()
+	h.bg.Wait() // a background compile ends before the engine does
+	h.mu.Lock()
 	ps, slots := h.plugins, h.idleSlots
 	h.plugins, h.idleSlots = nil, nil
 	h.mu.Unlock()
@@ -421,6 +462,9 @@ func (h *Host) closeEngine() {
 	}
 	if h.wasi != nil {
 		h.wasi.Close()
+	}
+	if h.quick != nil {
+		h.quick.Close()
 	}
 	h.engine.Close()
 }

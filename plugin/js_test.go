@@ -6,14 +6,16 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wovyr/wovyr/plugin/plugintest"
 	"github.com/wovyr/wovyr/sandbox"
 )
 
 // TestJSComponent: a JavaScript component built by `jco componentize`
-// (StarlingMonkey, about 12 MB) loads — compiled, then from the sealed
-// cache by a second host — and its exports take and return typed values;
+// (StarlingMonkey, about 12 MB) loads — compiled quickly, then tiered up to
+// optimized code in the background, then from the sealed cache by a second
+// host — and its exports take and return typed values;
 // a mismatched argument is bad-input with nothing run; a thrown error, a
 // spin and a memory hog end the call (trap, out-of-fuel, trap) and the
 // next call gets a fresh instance.
@@ -29,8 +31,8 @@ func TestJSComponent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := h.compiles.Load(); n != 1 {
-		t.Fatalf("compiled %d times, want 1", n)
+	if n := h.compiles.Load(); n != 1 || info.Code != "quick" {
+		t.Fatalf("compiled %d times, code %q: want the quick compile first", n, info.Code)
 	}
 	if len(info.Imports) != 0 || len(info.Functions) != 8 {
 		t.Fatalf("imports %v, functions %v", info.Imports, info.Functions)
@@ -71,12 +73,27 @@ func TestJSComponent(t *testing.T) {
 	if r := call(t, h, "alice", "jsdemo", "hog", `{"mib": 8}`); r.End != "ok" || string(r.Value) != "8" {
 		t.Errorf("hog(8) under 32 MiB: %s (%s %s)", r.Value, r.End, r.Error)
 	}
+	// Meanwhile the optimized code compiled: it is sealed, and swapped in
+	// once the plugin is idle.
+	for deadline := time.Now().Add(2 * time.Minute); h.List()[0].Code != "optimized"; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the optimized code never came in")
+		}
+	}
+	if n := h.compiles.Load(); n != 2 {
+		t.Fatalf("compiled %d times, want the quick and the optimized compile", n)
+	}
+	for _, c := range calls {
+		if r := call(t, h, "alice", "jsdemo", c.fn, c.args); r.End != "ok" || string(r.Value) != c.want {
+			t.Errorf("optimized: %s(%s) = %s (%s %s), want %s", c.fn, c.args, r.Value, r.End, r.Error, c.want)
+		}
+	}
 	h.Close()
 
 	// A second host on the same directory loads the sealed artifact.
 	h2 := newHost(t, Config{Dir: dir})
-	if _, err := h2.Load(m, wasm); err != nil {
-		t.Fatal(err)
+	if info, err := h2.Load(m, wasm); err != nil || info.Code != "optimized" {
+		t.Fatalf("%+v %v", info, err)
 	}
 	if n := h2.compiles.Load(); n != 0 {
 		t.Fatalf("the second host compiled %d times; the artifact was not reused", n)

@@ -21,6 +21,7 @@ type Plugin struct {
 	comp     *wasmcapi.Component
 	linker   *wasmcapi.Linker
 	isolated *isolatedCode // what a plugin run out of process runs (isolated.go); nil in-process
+	quick    bool          // its code is the quick compile's, until tier-up swaps it (tier.go)
 
 	drops map[string]*wasmcapi.Export // "iface#[resource-drop]R" for each resource R (resource.go)
 
@@ -43,6 +44,9 @@ type Info struct {
 	Functions []Function `json:"functions"`
 	Limits    Limits     `json:"limits"`
 	SignedBy  string     `json:"signed_by,omitempty"`
+	// Code is "quick" while the plugin runs its first load's quickly
+	// compiled code (a large component), "optimized" after (tier.go).
+	Code string `json:"code"`
 }
 
 // Function is an exported function and its WIT signature.
@@ -54,7 +58,10 @@ type Function struct {
 func (p *Plugin) info() *Info {
 	in := &Info{Name: p.manifest.Name, Component: p.manifest.Component, Trust: p.manifest.Trust,
 		Capabilities: append([]string{}, p.manifest.Capabilities...), Imports: p.comp.Imports(), Limits: p.limits,
-		Isolated: p.isolated != nil}
+		Isolated: p.isolated != nil, Code: "optimized"}
+	if p.quick {
+		in.Code = "quick"
+	}
 	if in.Imports == nil {
 		in.Imports = []string{}
 	}

@@ -133,6 +133,9 @@ void wasmtime_config_max_wasm_stack_set(wasm_config_t *, size_t);
 void wasmtime_config_wasm_threads_set(wasm_config_t *, bool);
 void wasmtime_config_parallel_compilation_set(wasm_config_t *, bool);
 void wasmtime_config_memory_init_cow_set(wasm_config_t *, bool);
+#define WOVYR_OPT_LEVEL_NONE 0
+void wasmtime_config_cranelift_opt_level_set(wasm_config_t *, uint8_t);
+void wasmtime_config_cranelift_flag_set(wasm_config_t *, const char *key, const char *value);
 void wasmtime_config_memory_reservation_set(wasm_config_t *, uint64_t);
 void wasmtime_config_memory_guard_size_set(wasm_config_t *, uint64_t);
 wasmtime_pooling_allocation_config_t *wasmtime_pooling_allocation_config_new();

@@ -14,16 +14,7 @@ func tallyInstance(t *testing.T) (*Component, *Instance, func(name string, args 
 	t.Helper()
 	e := componentEngine(t)
 	c := loadComponent(t, e, tallyComponent, true)
-	l, err := e.NewLinker(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(l.Close)
-	in, err := l.Instantiate(c, Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(in.Close)
+	in := instance(t, e, c)
 	call := func(name string, args ...Val) *CallResult {
 		t.Helper()
 		f, ok := c.Func(counters + name)
@@ -161,18 +152,9 @@ func TestResourceHandles(t *testing.T) {
 func TestResourceHandleOfAnotherInstance(t *testing.T) {
 	c, in, call := tallyInstance(t)
 	a := call("[constructor]counter", u32(1)).Result
-	l, err := c.engine.NewLinker(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	other, err := l.Instantiate(c, Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	other := instance(t, c.engine, c)
 	f, _ := c.Func(counters + "finish")
-	_, err = other.Call(context.Background(), f, []Val{*a}, CallSpec{})
+	_, err := other.Call(context.Background(), f, []Val{*a}, CallSpec{})
 	var he *HandleError
 	if !errors.As(err, &he) || he.Reason != "is not held by this instance" {
 		t.Fatalf("another instance's handle: %v", err)

@@ -68,22 +68,30 @@ func loadComponent(t testing.TB, e *Engine, path string, viaCache bool) *Compone
 
 func u32(v uint32) Val { return Val{Kind: KindU32, Uint: uint64(v)} }
 
+// instance is a fresh instance of c, linked by a linker that defines
+// nothing, both closed when the test ends.
+func instance(t testing.TB, e *Engine, c *Component) *Instance {
+	t.Helper()
+	l, err := e.NewLinker(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	in, err := l.Instantiate(c, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(in.Close)
+	return in
+}
+
 func TestComponentCallsThroughTheCache(t *testing.T) {
 	e := componentEngine(t)
 	c := loadComponent(t, e, calcComponent, true)
 	if got := c.Imports(); len(got) != 0 {
 		t.Fatalf("imports %v", got)
 	}
-	l, err := e.NewLinker(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	in, err := l.Instantiate(c, Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	in := instance(t, e, c)
 	add, _ := c.Func("add")
 	if got := add.Type.Params[1].Name + " " + add.Type.Params[1].Type.String() + " -> " + add.Type.Result.String(); got != "b u32 -> u32" {
 		t.Fatalf("add type %q", got)
@@ -253,5 +261,46 @@ func TestCodecRoundTripsThroughWasmtime(t *testing.T) {
 		if !reflect.DeepEqual(got[i], want) {
 			t.Errorf("%s: got %+v, want %+v", vals[i].Kind, got[i], want)
 		}
+	}
+}
+
+// TestQuickCodeRunsOnTheEngine: a component compiled by a QuickCompile
+// engine deserializes on an engine of the same config without it, and
+// runs there (what a plugin host's first load of a large component does).
+func TestQuickCodeRunsOnTheEngine(t *testing.T) {
+	b, err := os.ReadFile(calcComponent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := EngineConfig{PoolSlots: 16, ComponentSlots: 8, MaxMemory: 16 << 20}
+	qcfg := cfg
+	qcfg.QuickCompile, qcfg.PoolSlots, qcfg.ComponentSlots = true, 1, 1
+	if qcfg.CodeHash() != cfg.CodeHash() || qcfg.Hash() == cfg.Hash() {
+		t.Fatal("QuickCompile must leave CodeHash alone and change Hash")
+	}
+	q, err := NewEngine(qcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	qc, err := q.CompileComponent(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	art, err := qc.Serialize()
+	qc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := componentEngine(t)
+	c, err := e.DeserializeComponent(art)
+	if err != nil {
+		t.Fatalf("the engine refuses quick code: %v", err)
+	}
+	t.Cleanup(c.Close)
+	add, _ := c.Func("add")
+	r, err := instance(t, e, c).Call(context.Background(), add, []Val{u32(40), u32(2)}, CallSpec{Fuel: 1e6})
+	if err != nil || r.End != CallOK || r.Result.Uint != 42 {
+		t.Fatalf("add on quick code: %+v %v", r, err)
 	}
 }

@@ -266,6 +266,8 @@ export interface PluginView {
   functions: Array<{ name: string; signature: string }>;
   limits: { fuel?: number; memory?: number; wall_ms?: number };
   signed_by?: string;
+  /** "quick" while a large component runs its first load's quickly compiled code; "optimized" after */
+  code?: "quick" | "optimized";
 }
 
 /** How a plugin call ended (whatever the end). */
