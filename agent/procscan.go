@@ -63,3 +63,55 @@ func parseStat(b []byte) (procStat, error) {
 	}
 	return procStat{state: f[0][0], ppid: ppid, sid: sid}, nil
 }
+
+// scanTree lists the processes descended from root, root left out, by
+// their /proc/PID/task/TID/children lists. In a VM, whose kernel threads
+// descend from kthreadd and never from init, the tree of init (root 1) is
+// every user process — orphans are re-parented into it — without a read
+// of each kernel thread's stat: a scan of /proc under TCG cost as long as
+// the job it swept. A process that ends during the scan is left out; one
+// born during it is the next round's (sweepSparing loops). It fails, and
+// the caller scans /proc, where the kernel keeps no children lists
+// (CONFIG_PROC_CHILDREN).
+func scanTree(root int) ([]procStat, error) {
+	var out []procStat
+	queue := []int{root}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+		if err != nil {
+			if pid == root {
+				return nil, fmt.Errorf("read /proc/%d/task: %w", pid, err)
+			}
+			continue // gone meanwhile
+		}
+		for _, t := range tasks {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + t.Name() + "/children")
+			if err != nil {
+				if pid == root && os.IsNotExist(err) {
+					return nil, fmt.Errorf("no children lists: %w", err)
+				}
+				continue
+			}
+			for _, f := range bytes.Fields(b) {
+				child, err := strconv.Atoi(string(f))
+				if err != nil {
+					continue
+				}
+				st, err := os.ReadFile("/proc/" + string(f) + "/stat")
+				if err != nil {
+					continue // gone meanwhile
+				}
+				p, err := parseStat(st)
+				if err != nil {
+					return nil, fmt.Errorf("/proc/%d/stat: %w", child, err)
+				}
+				p.pid = child
+				out = append(out, p)
+				queue = append(queue, child)
+			}
+		}
+	}
+	return out, nil
+}

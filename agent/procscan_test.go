@@ -1,8 +1,13 @@
 package agent
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -53,4 +58,83 @@ func sid() int {
 		panic(err)
 	}
 	return s
+}
+
+// TestScanTreeFindsEveryDescendant: with this process a subreaper, as a
+// VM's init is every orphan's parent, scanTree finds its children, their
+// children, and an orphan a child daemonised (setsid, its parent gone):
+// the same processes a scan of /proc finds under it, and nothing else.
+func TestScanTreeFindsEveryDescendant(t *testing.T) {
+	runtime.LockOSThread() // the subreaper attribute is the thread's process's, set once
+	defer runtime.UnlockOSThread()
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Skipf("cannot be a subreaper: %v", err)
+	}
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	tag := fmt.Sprintf("3%d", time.Now().UnixNano()%1000000)
+	cmd := exec.Command("/bin/sh", "-c", "sleep "+tag+" & sleep "+tag+" & (setsid sleep "+tag+" &) ; wait")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		orphans := descendantsByProc(t)
+		for _, p := range orphans {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+		cmd.Wait()
+		for _, p := range orphans { // the orphan is this process's child now: reap it, and only it
+			var ws syscall.WaitStatus
+			syscall.Wait4(p, &ws, 0, nil)
+		}
+	}()
+	var tree []procStat
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var err error
+		if tree, err = scanTree(pid()); err != nil {
+			t.Skipf("no children lists here: %v", err)
+		}
+		// sh, its two sleeps, and the orphan (re-parented to this process)
+		if len(tree) >= 4 || time.Now().After(deadline) {
+			break
+		}
+	}
+	got := map[int]bool{}
+	orphan := false
+	for _, p := range tree {
+		got[p.pid] = true
+		orphan = orphan || p.ppid == pid() && p.sid == p.pid
+	}
+	want := descendantsByProc(t)
+	if len(got) != len(want) || !orphan {
+		t.Fatalf("scanTree: %+v (orphan %v); /proc has %v", tree, orphan, want)
+	}
+	for _, p := range want {
+		if !got[p] {
+			t.Fatalf("scanTree missed %d: %+v", p, tree)
+		}
+	}
+}
+
+// descendantsByProc is the oracle: every process in /proc whose parent
+// chain reaches this one.
+func descendantsByProc(t *testing.T) []int {
+	t.Helper()
+	ps, err := scanProcs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := map[int]int{}
+	for _, p := range ps {
+		parent[p.pid] = p.ppid
+	}
+	var out []int
+	for _, p := range ps {
+		for q := parent[p.pid]; q > 1; q = parent[q] {
+			if q == pid() {
+				out = append(out, p.pid)
+				break
+			}
+		}
+	}
+	return out
 }

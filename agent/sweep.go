@@ -67,10 +67,13 @@ func reapAll() {
 // own pid (setsid), and setpgid cannot move a process into a group of
 // another session; a spared session's id stays its held leader's, whose
 // zombie keeps the pid from being reused (background.go).
-func sweepSparing(spare map[int]bool) error {
+func sweepSparing(spare map[int]bool) error { return sweepWith(scanProcs, spare) }
+
+// sweepWith is sweepSparing over the processes scan lists.
+func sweepWith(scan func() ([]procStat, error), spare map[int]bool) error {
 	deadline := time.Now().Add(sweepLimit)
 	for {
-		ps, err := scanProcs()
+		ps, err := scan()
 		if err != nil {
 			return fmt.Errorf("sweep: %w", err)
 		}

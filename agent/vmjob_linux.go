@@ -171,13 +171,21 @@ func startVMJob(job VMJob, cg *jobCgroupState) VMReply {
 
 // sweepVM is the sweep (sweep.go) for a VM's init. There kill(-1) reaches
 // the kernel's threads too, which ignore it, so it never finds nobody:
-// the sweep scans instead, sparing session 0, which is theirs alone (a
-// user process's session is a user process's pid), beside the sessions
-// of held background processes.
+// the sweep scans instead — init's process tree, which holds every user
+// process and no kernel thread (scanTree), or /proc where the kernel keeps
+// no children lists — sparing session 0, which is the kernel threads'
+// alone (a user process's session is a user process's pid), beside the
+// sessions of held background processes.
 func sweepVM() error {
 	spare := bg.sessions()
 	spare[0] = true
-	return sweepSparing(spare)
+	return sweepWith(func() ([]procStat, error) {
+		ps, err := scanTree(1)
+		if err != nil {
+			return scanProcs()
+		}
+		return ps, nil
+	}, spare)
 }
 
 func findPort(name string, limit time.Duration) (string, error) {
