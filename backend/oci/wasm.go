@@ -134,10 +134,22 @@ func (s *Sandbox) writeNew(root *os.Root, name string, file sandbox.File) error 
 	return err
 }
 
+// jobRoot opens the job directory through the sandbox's rootfs, so that a
+// link at its path (the template's, or a session's command's) leads
+// nowhere outside the rootfs.
+func (s *Sandbox) jobRoot() (*os.Root, error) {
+	rootfs, err := os.OpenRoot(filepath.Join(s.dir, "rootfs"))
+	if err != nil {
+		return nil, err
+	}
+	defer rootfs.Close()
+	return rootfs.OpenRoot(strings.TrimPrefix(jobDir, "/"))
+}
+
 // wasmJob places inv's module in the sandbox and returns the agent job that
 // runs it through the runner under lim.
 func (s *Sandbox) wasmJob(inv *sandbox.Invocation, lim sandbox.Limits, job *agent.Job) error {
-	root, err := os.OpenRoot(filepath.Join(s.dir, "rootfs", jobDir))
+	root, err := s.jobRoot()
 	if err != nil {
 		return sandbox.Wrap(sandbox.BackendFailure, err, "open %s", jobDir)
 	}
@@ -184,7 +196,7 @@ func (s *Sandbox) wasmJob(inv *sandbox.Invocation, lim sandbox.Limits, job *agen
 // OOM kills and the host deadline stay host-measured. Without a report the
 // runner's exit code stands.
 func (s *Sandbox) wasmOutcome(res *sandbox.Result) {
-	root, err := os.OpenRoot(filepath.Join(s.dir, "rootfs", jobDir))
+	root, err := s.jobRoot()
 	if err != nil {
 		return
 	}

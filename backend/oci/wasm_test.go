@@ -174,3 +174,42 @@ func TestWasmSelection(t *testing.T) {
 		t.Fatalf("without a runner: %v, want floor-unmet", err)
 	}
 }
+
+// TestJobDirectoryLinkLeadsNowhere: a job directory replaced by a link to a
+// host directory (as a template or an earlier command in the sandbox
+// could make it) is resolved inside the sandbox's rootfs: the module and a
+// large file are never written to the host directory, and the job fails
+// as a backend failure instead.
+func TestJobDirectoryLinkLeadsNowhere(t *testing.T) {
+	bs, mod := wasmBackends(t)
+	b := bs["container"]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	host := t.TempDir()
+	for _, inv := range []*sandbox.Invocation{wasmInv(mod), {Tenant: "acme",
+		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: []string{"/bin/true"},
+			Files: []sandbox.File{{Path: "big", Data: make([]byte, hostPlaced)}}}, Policy: sandbox.Policy{Trust: sandbox.Untrusted}}} {
+		sb, err := b.Prepare(ctx, sandbox.Template{Kind: inv.Workload.Kind})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := sb.(*Sandbox)
+		job := filepath.Join(s.dir, "rootfs", jobDir)
+		if err := os.RemoveAll(job); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(host, job); err != nil {
+			t.Fatal(err)
+		}
+		_, err = sb.Run(ctx, inv)
+		if derr := sb.Destroy(ctx); derr != nil {
+			t.Error(derr)
+		}
+		if !errors.Is(err, sandbox.BackendFailure) {
+			t.Errorf("%s job through a linked job directory: %v, want a backend failure", inv.Workload.Kind, err)
+		}
+		if ents, _ := os.ReadDir(host); len(ents) != 0 {
+			t.Fatalf("the host directory got %v", ents)
+		}
+	}
+}
