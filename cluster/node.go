@@ -294,6 +294,9 @@ func (n *Node) heartbeat(ctx context.Context, info Info) error {
 // node" would be refused as residency-unmet (409), a permanent-sounding
 // answer to a passing fault; so while this node's own heartbeat is
 // older than an entry lives, its view is stale and it answers unavailable.
+// So it does while its view does not hold this node itself, heartbeat
+// written or not: the view is behind the registry (its watch broken by
+// the recovery, its next read not yet come).
 func (n *Node) Reachable() error {
 	if n.nc.Status() != nats.CONNECTED {
 		return sandbox.Errorf(unavailable, "", "the cluster is unreachable from this node (NATS %s); retry", strings.ToLower(n.nc.Status().String()))
@@ -301,6 +304,9 @@ func (n *Node) Reachable() error {
 	if t := n.beat.Load(); t != 0 {
 		if age := time.Since(time.Unix(0, t)); age > n.reg.ttl {
 			return sandbox.Errorf(unavailable, "", "the cluster's node registry has taken no heartbeat of this node for %s, so which nodes are live is unknown; retry", age.Round(time.Millisecond))
+		}
+		if !n.reg.isLive(n.o.Name, time.Now()) {
+			return sandbox.Errorf(unavailable, "", "this node's view of the node registry does not hold this node yet, so which nodes are live is unknown; retry")
 		}
 	}
 	return nil

@@ -142,6 +142,18 @@ func (r *registry) live(now time.Time) []Info {
 	return out
 }
 
+// isLive reports whether node name is live in the view.
+func (r *registry) isLive(name string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, in := range r.byID {
+		if in.Name == name && now.Sub(in.Seen) < r.ttl {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *registry) liveRegions(now time.Time) []string {
 	var out []string
 	for _, in := range r.live(now) {
