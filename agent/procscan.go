@@ -30,18 +30,29 @@ func scanProcs() ([]procStat, error) {
 		if err != nil || pid <= 0 {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		st, ok, err := readStat(pid)
 		if err != nil {
-			continue // gone meanwhile
+			return nil, err
 		}
-		st, err := parseStat(b)
-		if err != nil {
-			return nil, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		if ok {
+			out = append(out, st)
 		}
-		st.pid = pid
-		out = append(out, st)
 	}
 	return out, nil
+}
+
+// readStat reads /proc/PID/stat; false: the process is gone.
+func readStat(pid int) (procStat, bool, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false, nil // gone meanwhile
+	}
+	st, err := parseStat(b)
+	if err != nil {
+		return procStat{}, false, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	st.pid = pid
+	return st, true, nil
 }
 
 // parseStat reads the state, ppid and session of a /proc/PID/stat line:
@@ -99,17 +110,14 @@ func scanTree(root int) ([]procStat, error) {
 				if err != nil {
 					continue
 				}
-				st, err := os.ReadFile("/proc/" + string(f) + "/stat")
+				p, ok, err := readStat(child)
 				if err != nil {
-					continue // gone meanwhile
+					return nil, err
 				}
-				p, err := parseStat(st)
-				if err != nil {
-					return nil, fmt.Errorf("/proc/%d/stat: %w", child, err)
+				if ok {
+					out = append(out, p)
+					queue = append(queue, child)
 				}
-				p.pid = child
-				out = append(out, p)
-				queue = append(queue, child)
 			}
 		}
 	}

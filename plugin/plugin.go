@@ -167,8 +167,10 @@ func (h *Host) Call(ctx context.Context, tenant, name, fn string, args json.RawM
 	}
 	defer p.release()
 	f, ok := p.comp.Func(fn)
+	drop := false
 	if !ok {
 		f, ok = p.drops[fn]
+		drop = ok
 	}
 	if !ok {
 		names := make([]string, 0)
@@ -214,19 +216,16 @@ func (h *Host) Call(ctx context.Context, tenant, name, fn string, args json.RawM
 	}
 	cctx := context.WithValue(ctx, callKey{}, st)
 	var r *wasmcapi.CallResult
-	if p.drops[fn] == f {
+	if drop {
 		r, err = p.callDrop(cctx, in, vals[0].Handle, spec)
 	} else {
 		r, err = in.Call(cctx, f, vals, spec)
 	}
 	h.end()
 	st.end()
-	if bad, ok := handleError(err); ok || sandbox.ClassOf(err) == sandbox.BadInput {
-		if bad == nil {
-			bad = err
-		}
+	if err = refusedHandle(err); sandbox.ClassOf(err) == sandbox.BadInput {
 		p.settle(tenant, in, pn) // nothing ran
-		return nil, bad
+		return nil, err
 	}
 	if err != nil {
 		p.discard(tenant, in, pn)

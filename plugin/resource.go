@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/wovyr/wovyr/internal/wasmcapi"
@@ -194,23 +193,21 @@ func (p *Plugin) sweepPinned() {
 	}
 }
 
-// handleError is bad-input for a handle the instance refused before
-// anything ran (one of another resource type, or passed twice).
-func handleError(err error) (error, bool) {
-	if err == nil {
-		return nil, false
-	}
+// refusedHandle is bad-input for a handle the instance refused before
+// anything ran (one of another resource type, or passed twice); any other
+// error is returned as it is.
+func refusedHandle(err error) error {
 	var he *wasmcapi.HandleError
-	if !errors.As(err, &he) {
-		return nil, false
+	if err == nil || !errors.As(err, &he) {
+		return err
 	}
-	return sandbox.Errorf(sandbox.BadInput, "args."+he.Param, "expected %s: handle %d %s", he.Want, he.Handle, he.Reason), true
+	return sandbox.Errorf(sandbox.BadInput, "args."+he.Param, "expected %s: handle %d %s", he.Want, he.Handle, he.Reason)
 }
 
 // refuseIsolatedResources refuses, for a plugin run out of process, a
 // function whose arguments or result hold resources.
 func refuseIsolatedResources(name string, f *wasmcapi.Export) error {
-	uses := wasmcapi.HasResource(f.Type.Result) || strings.HasPrefix(f.Name[strings.LastIndexByte(f.Name, '#')+1:], dropPrefix)
+	uses := wasmcapi.HasResource(f.Type.Result) // a drop function takes its resource: a parameter
 	for _, p := range f.Type.Params {
 		uses = uses || wasmcapi.HasResource(p.Type)
 	}

@@ -13,13 +13,13 @@ import (
 // Value writes v, a value of type t, in the JSON form Args reads (see
 // value_in.go), with record fields in their WIT order.
 func Value(t *wasmcapi.Type, v *wasmcapi.Val) (json.RawMessage, error) {
-	switch { // the common results, without a buffer
-	case v.Kind != t.Kind:
-	case t.Kind >= wasmcapi.KindS8 && t.Kind <= wasmcapi.KindU64:
-		if t.Kind == wasmcapi.KindS8 || t.Kind == wasmcapi.KindS16 || t.Kind == wasmcapi.KindS32 || t.Kind == wasmcapi.KindS64 {
+	if v.Kind == t.Kind { // the common results, without a buffer
+		switch t.Kind {
+		case wasmcapi.KindS8, wasmcapi.KindS16, wasmcapi.KindS32, wasmcapi.KindS64:
 			return strconv.AppendInt(make([]byte, 0, 20), v.Int, 10), nil
+		case wasmcapi.KindU8, wasmcapi.KindU16, wasmcapi.KindU32, wasmcapi.KindU64:
+			return strconv.AppendUint(make([]byte, 0, 20), v.Uint, 10), nil
 		}
-		return strconv.AppendUint(make([]byte, 0, 20), v.Uint, 10), nil
 	}
 	var b bytes.Buffer
 	if err := writeJSON(&b, t, v); err != nil {

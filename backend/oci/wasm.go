@@ -72,9 +72,9 @@ func (s *Sandbox) wasmMountPoints() error {
 const hostPlaced = 1 << 20
 
 // placeFiles puts files in job: small ones as data, large ones written
-// into the job directory (root-owned and read-only: the sandbox's root
-// cannot swap them) for the agent to copy. The returned func removes what
-// it wrote; call it when the job is over.
+// into the job directory (jobRoot) for the agent to move into the
+// workspace. The returned func removes what it wrote; call it when the job
+// is over.
 func (s *Sandbox) placeFiles(files []sandbox.File, job *agent.Job) (func(), error) {
 	var root *os.Root
 	var written []string
@@ -90,19 +90,17 @@ func (s *Sandbox) placeFiles(files []sandbox.File, job *agent.Job) (func(), erro
 		af := agent.File{Path: f.Path, Data: f.Data, Mode: f.Mode}
 		if len(f.Data) >= hostPlaced && s.b.runner != "" { // the job directory exists
 			if root == nil {
-				// Through the root: a session's earlier command may have
-				// made the job directory a link, which must not lead out.
 				var err error
-				if root, err = os.OpenRoot(filepath.Join(s.dir, "rootfs")); err != nil {
-					return done, sandbox.Wrap(sandbox.BackendFailure, err, "open the rootfs")
+				if root, err = s.jobRoot(); err != nil {
+					return done, sandbox.Wrap(sandbox.BackendFailure, err, "open %s", jobDir)
 				}
 			}
-			name := fmt.Sprintf("%s/in-%s-%d", strings.TrimPrefix(jobDir, "/"), job.ID, i)
+			name := fmt.Sprintf("in-%s-%d", job.ID, i)
 			if err := s.writeNew(root, name, f); err != nil {
 				return done, sandbox.Wrap(sandbox.BackendFailure, err, "place file %s", f.Path)
 			}
 			written = append(written, name)
-			af.Data, af.From = nil, "/"+name
+			af.Data, af.From = nil, jobDir+"/"+name
 		}
 		job.Files = append(job.Files, af)
 	}

@@ -56,14 +56,6 @@ func (in *Instance) hold(slot uint32) uint64 {
 	return h
 }
 
-// Holds reports which resource handle h names, if the instance holds it.
-func (in *Instance) Holds(h uint64) (*Resource, bool) {
-	if x, ok := in.handles[h]; ok && x.res != nil {
-		return x.res, true
-	}
-	return nil, false
-}
-
 // Handles is how many resources the instance holds.
 func (in *Instance) Handles() int { return len(in.handles) }
 

@@ -101,8 +101,8 @@ func TestResourceHandles(t *testing.T) {
 	if got := call("finish", *a).Result.Uint; got != 10 {
 		t.Fatalf("finish %d, want 10", got)
 	}
-	if _, ok := in.Holds(a.Handle); ok || in.Handles() != 2 {
-		t.Fatalf("after finish: held %v, %d handles", ok, in.Handles())
+	if in.HandleSet()[a.Handle] || in.Handles() != 2 {
+		t.Fatalf("after finish: held %v, %d handles", in.HandleSet()[a.Handle], in.Handles())
 	}
 	f, _ := c.Func(counters + "[method]counter.value")
 	_, err := in.Call(context.Background(), f, []Val{*a}, CallSpec{})
@@ -125,7 +125,7 @@ func TestResourceHandles(t *testing.T) {
 	if !errors.As(err, &he) || he.Param != "b" || he.Reason != "is passed to its new owner and again in the same call" {
 		t.Fatalf("one handle owned twice: %v", err)
 	}
-	if _, ok := in.Holds(pair.Elems[0].Handle); !ok || in.Poisoned() {
+	if !in.HandleSet()[pair.Elems[0].Handle] || in.Poisoned() {
 		t.Fatal("a refused call took its handle or poisoned the instance")
 	}
 
@@ -159,7 +159,7 @@ func TestResourceHandleOfAnotherInstance(t *testing.T) {
 	if !errors.As(err, &he) || he.Reason != "is not held by this instance" {
 		t.Fatalf("another instance's handle: %v", err)
 	}
-	if _, ok := in.Holds(a.Handle); !ok {
+	if !in.HandleSet()[a.Handle] {
 		t.Fatal("the refused call took the handle from its instance")
 	}
 }
