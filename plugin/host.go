@@ -100,8 +100,9 @@ type Host struct {
 	wasi   *wasmcapi.Linker // links WASI 0.2 and wovyr:host; imports are gated at load
 
 	ticker *wasmcapi.EpochTicker // one for every call of the engine
-	// compiles counts components compiled rather than loaded from Dir.
-	compiles atomic.Int64
+	// quickCompiles and fullCompiles count components compiled rather
+	// than loaded from Dir, quickly and fully (tier.go).
+	quickCompiles, fullCompiles atomic.Int64
 	// idPrefix and calls make invocation ids ("pc-1f2e3d4c-1a").
 	idPrefix string
 	calls    atomic.Uint64
@@ -339,7 +340,7 @@ func (h *Host) artifact(digest string) (key, path string) {
 
 // compileSealed compiles wasm fully and seals the result at path (if any).
 func (h *Host) compileSealed(key, path string, wasm []byte) (*wasmcapi.Component, error) {
-	h.compiles.Add(1)
+	h.fullCompiles.Add(1)
 	c, err := h.engine.CompileComponent(wasm)
 	if err != nil {
 		return nil, sandbox.Wrap(sandbox.BadInput, err, "invalid component")

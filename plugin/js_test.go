@@ -31,8 +31,8 @@ func TestJSComponent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := h.compiles.Load(); n != 1 || info.Code != "quick" {
-		t.Fatalf("compiled %d times, code %q: want the quick compile first", n, info.Code)
+	if n := h.quickCompiles.Load(); n != 1 || info.Code != "quick" {
+		t.Fatalf("compiled quickly %d times, code %q: want the quick compile first", n, info.Code)
 	}
 	if len(info.Imports) != 0 || len(info.Functions) != 8 {
 		t.Fatalf("imports %v, functions %v", info.Imports, info.Functions)
@@ -80,8 +80,8 @@ func TestJSComponent(t *testing.T) {
 			t.Fatal("the optimized code never came in")
 		}
 	}
-	if n := h.compiles.Load(); n != 2 {
-		t.Fatalf("compiled %d times, want the quick and the optimized compile", n)
+	if q, f := h.quickCompiles.Load(), h.fullCompiles.Load(); q != 1 || f != 1 {
+		t.Fatalf("compiled %d times quickly and %d fully, want the quick and the optimized compile", q, f)
 	}
 	for _, c := range calls {
 		if r := call(t, h, "alice", "jsdemo", c.fn, c.args); r.End != "ok" || string(r.Value) != c.want {
@@ -95,7 +95,7 @@ func TestJSComponent(t *testing.T) {
 	if info, err := h2.Load(m, wasm); err != nil || info.Code != "optimized" {
 		t.Fatalf("%+v %v", info, err)
 	}
-	if n := h2.compiles.Load(); n != 0 {
+	if n := h2.quickCompiles.Load() + h2.fullCompiles.Load(); n != 0 {
 		t.Fatalf("the second host compiled %d times; the artifact was not reused", n)
 	}
 	if r := call(t, h2, "alice", "jsdemo", "greet", `{"name": "again"}`); string(r.Value) != `"hello, again"` {

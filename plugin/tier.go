@@ -45,7 +45,7 @@ func (h *Host) compileQuick(wasm []byte) (*wasmcapi.Component, error) {
 	if err != nil {
 		return nil, err
 	}
-	h.compiles.Add(1)
+	h.quickCompiles.Add(1)
 	qc, err := q.CompileComponent(wasm)
 	if err != nil {
 		return nil, sandbox.Wrap(sandbox.BadInput, err, "invalid component")

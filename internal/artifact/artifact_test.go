@@ -75,6 +75,9 @@ func TestSealedRefusals(t *testing.T) {
 	corrupt := append([]byte(nil), b...)
 	corrupt[len(corrupt)-1] ^= 1
 	v1 := append([]byte("WOVYRCW1"), b[8:]...)
+	v2 := append([]byte("WOVYRCW2"), b[8:]...)
+	mid := append([]byte(nil), b...)
+	mid[headerLen+chunk+chunk/2] ^= 0x80 // inside the second chunk, mid-piece
 	for _, c := range []struct {
 		name, key string
 		file      []byte
@@ -82,7 +85,9 @@ func TestSealedRefusals(t *testing.T) {
 	}{
 		{"wrong key", "other", b, "artifact key mismatch"},
 		{"corrupt", "k", corrupt, "artifact checksum mismatch (corrupt)"},
+		{"corrupt mid-chunk", "k", mid, "artifact checksum mismatch (corrupt)"},
 		{"first format", "k", v1, "not a wovyr artifact (or one of an older format)"},
+		{"second format", "k", v2, "not a wovyr artifact (or one of an older format)"},
 		{"short", "k", b[:20], "not a wovyr artifact"},
 	} {
 		p := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-"))
@@ -96,6 +101,14 @@ func TestSealedRefusals(t *testing.T) {
 			}
 			t.Errorf("%s: OpenSealed: %v, want %q", c.name, err, c.want)
 		}
+	}
+	headerOnly := filepath.Join(dir, "header-only")
+	os.WriteFile(headerOnly, b[:headerLen], 0o600)
+	if f, err := OpenSealed(headerOnly, "k"); err == nil || err.Error() != "artifact checksum mismatch (empty)" {
+		if f != nil {
+			f.Close()
+		}
+		t.Errorf("header only: OpenSealed: %v", err)
 	}
 	if _, err := OpenSealed(filepath.Join(dir, "missing"), "k"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing: %v", err)

@@ -55,8 +55,8 @@ func (e *Engine) Compile(wasm []byte) (*Module, error) {
 //
 // The bytes are machine code that will run in this process: Wasmtime checks
 // the header (version, engine flags) but not the code. Callers must only pass
-// bytes whose integrity they have verified (the backend's cache checks a
-// SHA-256 over the whole artifact first).
+// bytes whose integrity they have verified (the backend's cache checks the
+// artifact's digest first, internal/artifact).
 func (e *Engine) Deserialize(b []byte) (*Module, error) {
 	if len(b) == 0 {
 		return nil, errors.New("empty artifact")
