@@ -70,6 +70,7 @@ func TestCallsMapEveryTypeFamily(t *testing.T) {
 		{"add", `{"a": 40, "b": 2}`, `42`},
 		{"add", `[4294967295, 1]`, `0`},
 		{"greet", `{"name": "wövyr"}`, `"hello, wövyr"`},
+		{"greet", `{"name": "` + strings.Repeat("w", 600) + `"}`, `"hello, ` + strings.Repeat("w", 600) + `"`}, // beyond the call buffer
 		{"sum", `{"xs": [1, 2, 4294967295]}`, `4294967298`},
 		{"swap", `{"p": {"x": 1, "y": -2}}`, `{"x":-2,"y":1}`},
 		{"area", `{"s": {"tag": "circle", "val": 2}}`, `12`},

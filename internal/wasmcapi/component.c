@@ -21,7 +21,9 @@
 typedef struct { const uint8_t *p, *end; } rd;
 // wr is an encoding buffer; oom is set when it could not grow, or when a
 // resource could not be held (unheld counts those).
-typedef struct { uint8_t *data; size_t len, cap; int oom, unheld; wovyr_cinst *c; } wr;
+// A wr may start in a buffer it does not own (ext, the caller's): growing
+// moves it to malloc'd memory.
+typedef struct { uint8_t *data; size_t len, cap; int oom, unheld, ext; wovyr_cinst *c; } wr;
 
 static int rd_n(rd *r, void *dst, size_t n) {
   if ((size_t)(r->end - r->p) < n) return 0;
@@ -201,10 +203,12 @@ static void wr_n(wr *w, const void *p, size_t n) {
   if (w->len + n > w->cap) {
     size_t c = w->cap ? w->cap * 2 : 64;
     while (c < w->len + n) c *= 2;
-    uint8_t *d = realloc(w->data, c);
+    uint8_t *d = w->ext ? malloc(c) : realloc(w->data, c);
     if (d == NULL) { w->oom = 1; return; }
+    if (w->ext) memcpy(d, w->data, w->len);
     w->data = d;
     w->cap = c;
+    w->ext = 0;
   }
   memcpy(w->data + w->len, p, n);
   w->len += n;
@@ -372,11 +376,17 @@ void wovyr_cinst_drop(wovyr_cinst *c, wovyr_ccall *call, uint32_t slot) {
 
 void wovyr_cinst_call(wovyr_cinst *c, wovyr_ccall *call, const uint8_t *in, uint8_t *out, size_t out_cap) {
   uint64_t t0 = wovyr_mono_ns();
-  wasmtime_component_func_t f;
-  if (!wasmtime_component_instance_get_func(&c->inst, c->ctx, call->func, &f)) {
-    call->end = WOVYR_CEND_NO_FUNC;
-    return;
+  // The function of the last call is kept: a store's function stays
+  // valid as long as the store, and calls repeat.
+  if (call->func != c->last_func) {
+    if (!wasmtime_component_instance_get_func(&c->inst, c->ctx, call->func, &c->last_f)) {
+      c->last_func = NULL;
+      call->end = WOVYR_CEND_NO_FUNC;
+      return;
+    }
+    c->last_func = call->func;
   }
+  wasmtime_component_func_t f = c->last_f;
   size_t n = call->nargs;
   wasmtime_component_val_t stack[8];
   wasmtime_component_val_t *args = n <= 8 ? stack : malloc(n * sizeof *args);
@@ -400,18 +410,15 @@ void wovyr_cinst_call(wovyr_cinst *c, wovyr_ccall *call, const uint8_t *in, uint
 
   if (!ended(c, call, e)) {
     if (call->has_result) {
-      wr w = {.c = c};
+      wr w = {.data = out, .cap = out_cap, .ext = 1, .c = c}; // out, unless it outgrows it
       encode(&w, &result);
       wasmtime_component_val_delete(&result);
       call->result_len = w.len;
       if (w.oom || w.unheld) {
         call->end = WOVYR_CEND_TRAP;
         if (w.unheld) call->message = strdup("wovyr: the call returned more resources than an instance may hold");
-        free(w.data);
-      } else if (w.len <= out_cap) {
-        memcpy(out, w.data, w.len);
-        free(w.data);
-      } else {
+        if (!w.ext) free(w.data);
+      } else if (!w.ext) {
         call->result = w.data;
       }
     }

@@ -27,6 +27,9 @@ typedef struct wovyr_cinst {
   // instance's calls returned, until a call takes them or they are dropped.
   wasmtime_component_resource_any_t **res;
   uint32_t nres, capres;
+  // The function the last call looked up (last_func NULL: none).
+  const wasmtime_component_export_index_t *last_func;
+  wasmtime_component_func_t last_f;
 } wovyr_cinst;
 
 // WOVYR_MAX_HANDLES bounds the resources the host holds for one instance.

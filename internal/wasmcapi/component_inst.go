@@ -30,12 +30,22 @@ const (
 	CallBadArgs   CallEnd = C.WOVYR_CEND_BAD_ARGS
 )
 
-var callEndNames = map[CallEnd]string{CallOK: "ok", CallTrap: "trap", CallTimeout: "timeout",
-	CallCancelled: "cancelled", CallOutOfFuel: "out-of-fuel", CallNoFunc: "no-func", CallBadArgs: "bad-args"}
-
 func (e CallEnd) String() string {
-	if s, ok := callEndNames[e]; ok {
-		return s
+	switch e {
+	case CallOK:
+		return "ok"
+	case CallTrap:
+		return "trap"
+	case CallTimeout:
+		return "timeout"
+	case CallCancelled:
+		return "cancelled"
+	case CallOutOfFuel:
+		return "out-of-fuel"
+	case CallNoFunc:
+		return "no-func"
+	case CallBadArgs:
+		return "bad-args"
 	}
 	return fmt.Sprintf("end(%d)", int(e))
 }
@@ -64,8 +74,9 @@ type Instance struct {
 }
 
 // callBufs is an instance's memory for a call's C record, its encoded
-// arguments and its result: memory that cgo sees escapes to the heap, and
-// an instance makes one call at a time.
+// arguments and its result, made once (an instance makes one call at a
+// time). It is C memory: cgo checks every Go pointer a call passes for
+// the Go pointers it may hold, and the record has pointer fields.
 type callBufs struct {
 	call C.wovyr_ccall
 	enc  [256]byte
@@ -119,6 +130,8 @@ type CallResult struct {
 	Message  string
 	FuelUsed uint64
 	Took     time.Duration
+
+	result Val
 }
 
 // Call calls f with args, which must already match f's parameter types
@@ -138,7 +151,7 @@ func (in *Instance) Call(ctx context.Context, f *Export, args []Val, s CallSpec)
 		}
 	}
 	if in.bufs == nil {
-		in.bufs = new(callBufs)
+		in.bufs = (*callBufs)(C.calloc(1, C.size_t(unsafe.Sizeof(callBufs{}))))
 	}
 	b := in.bufs
 	b.call = C.wovyr_ccall{}
@@ -166,17 +179,19 @@ func (in *Instance) Call(ctx context.Context, f *Export, args []Val, s CallSpec)
 		return r, nil
 	}
 	if call.has_result != 0 {
-		res := b.out[:call.result_len:call.result_len]
-		if call.result != nil {
+		var res []byte
+		if call.result != nil { // it did not fit in out
 			res = unsafe.Slice((*byte)(unsafe.Pointer(call.result)), int(call.result_len))
+		} else {
+			res = b.out[:call.result_len:call.result_len]
 		}
-		v, err := decodeVal(res, in)
-		if err != nil {
+		var err error
+		if r.result, err = decodeVal(res, in); err != nil {
 			in.poisoned = true
 			return nil, err
 		}
-		in.typeHandles(f.Type.Result, &v)
-		r.Result = &v
+		in.typeHandles(f.Type.Result, &r.result)
+		r.Result = &r.result // one allocation for both
 	}
 	return r, nil
 }
@@ -229,6 +244,10 @@ func (in *Instance) Close() {
 		C.wovyr_cinst_delete(in.ptr)
 		in.ptr = nil
 		in.handles = nil
+	}
+	if in.bufs != nil {
+		C.free(unsafe.Pointer(in.bufs))
+		in.bufs = nil
 	}
 	if in.host != nil {
 		in.handle.Delete()

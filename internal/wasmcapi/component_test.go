@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -112,6 +113,17 @@ func TestComponentCallsThroughTheCache(t *testing.T) {
 	}
 	if got := divide.Type.Result.String(); got != "result<s32, string>" {
 		t.Fatalf("divide type %q", got)
+	}
+	// A result larger than the instance's call buffer, between calls of
+	// another function (the instance keeps the last one it looked up).
+	long := strings.Repeat("w", 1000)
+	for range 2 {
+		if r, err = in.Call(context.Background(), greet, []Val{{Kind: KindString, Str: long}}, CallSpec{}); err != nil || r.Result.Str != "hello, "+long {
+			t.Fatalf("greet(1000 w): %d bytes, %v", len(r.Result.Str), err)
+		}
+		if r, err = in.Call(context.Background(), add, []Val{u32(1), u32(2)}, CallSpec{}); err != nil || r.Result.Uint != 3 {
+			t.Fatalf("add after greet: %+v %v", r, err)
+		}
 	}
 }
 
