@@ -207,14 +207,18 @@ func (h *Host) Call(ctx context.Context, tenant, name, fn string, args json.RawM
 	} else if in, fresh, err = p.take(tenant); err != nil {
 		return nil, err
 	}
-	st := &callState{host: h, tenant: tenant, plugin: name, invocation: h.newInvocationID(), opts: opts,
-		deadline: time.Now().Add(p.limits.wall())}
+	invocation := h.newInvocationID()
+	cctx, st := ctx, (*callState)(nil)
+	if p.linker != h.bare { // only host functions read the call's state
+		st = &callState{host: h, tenant: tenant, plugin: name, invocation: invocation, opts: opts,
+			deadline: time.Now().Add(p.limits.wall())}
+		cctx = context.WithValue(ctx, callKey{}, st)
+	}
 	h.begin()
 	spec := wasmcapi.CallSpec{Fuel: p.limits.Fuel, Wall: p.limits.wall()}
 	if h.cfg.weak == weakUnmetered {
 		spec.Fuel = 0
 	}
-	cctx := context.WithValue(ctx, callKey{}, st)
 	var r *wasmcapi.CallResult
 	if drop {
 		r, err = p.callDrop(cctx, in, vals[0].Handle, spec)
@@ -222,7 +226,9 @@ func (h *Host) Call(ctx context.Context, tenant, name, fn string, args json.RawM
 		r, err = in.Call(cctx, f, vals, spec)
 	}
 	h.end()
-	st.end()
+	if st != nil {
+		st.end()
+	}
 	if err = refusedHandle(err); sandbox.ClassOf(err) == sandbox.BadInput {
 		p.settle(tenant, in, pn) // nothing ran
 		return nil, err
@@ -232,7 +238,10 @@ func (h *Host) Call(ctx context.Context, tenant, name, fn string, args json.RawM
 		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "plugin call")
 	}
 	res := &Result{Value: json.RawMessage("null"), End: r.End.String(), FuelUsed: r.FuelUsed, Took: r.Took, Fresh: fresh,
-		Invocation: st.invocation, Logs: st.logs, LogsDropped: st.logsDropped}
+		Invocation: invocation}
+	if st != nil {
+		res.Logs, res.LogsDropped = st.logs, st.logsDropped
+	}
 	if r.End != wasmcapi.CallOK {
 		if h.cfg.weak == weakKeepFailed && pn == nil {
 			p.put(tenant, in)

@@ -197,8 +197,11 @@ func (p *Plugin) sweepPinned() {
 // anything ran (one of another resource type, or passed twice); any other
 // error is returned as it is.
 func refusedHandle(err error) error {
+	if err == nil {
+		return nil // before he, which escapes
+	}
 	var he *wasmcapi.HandleError
-	if err == nil || !errors.As(err, &he) {
+	if !errors.As(err, &he) {
 		return err
 	}
 	return sandbox.Errorf(sandbox.BadInput, "args."+he.Param, "expected %s: handle %d %s", he.Want, he.Handle, he.Reason)

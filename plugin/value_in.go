@@ -41,60 +41,161 @@ func Args(ft *wasmcapi.FuncType, raw json.RawMessage) ([]wasmcapi.Val, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = json.RawMessage("{}")
 	}
-	f, ok := scanFlat(raw)
-	if !ok {
-		var err error
-		if f, err = decodeArgs(ft, raw); err != nil {
-			return nil, err
-		}
-	}
-	in := make([]any, len(ft.Params))
-	if f.array {
-		if len(f.values) != len(ft.Params) {
-			return nil, sandbox.Errorf(sandbox.BadInput, "args", "the function takes %d arguments (%s), got %d", len(ft.Params), paramList(ft), len(f.values))
-		}
-		copy(in, f.values)
-	} else {
-		for _, k := range f.names {
-			if !slices.ContainsFunc(ft.Params, func(p wasmcapi.Field) bool { return p.Name == k }) {
-				return nil, sandbox.Errorf(sandbox.BadInput, "args."+k, "the function has no parameter %q (it takes %s)", k, paramList(ft))
-			}
-		}
-		for i, p := range ft.Params {
-			j := -1
-			for k, name := range f.names {
-				if name == p.Name {
-					j = k // a name given twice: the last, as a decoder's map has it
-				}
-			}
-			if j < 0 {
-				return nil, sandbox.Errorf(sandbox.BadInput, "args."+p.Name, "missing argument %s: expected %s", p.Name, p.Type)
-			}
-			in[i] = f.values[j]
-		}
-	}
-	out := make([]wasmcapi.Val, len(ft.Params))
-	for i, p := range ft.Params {
-		// The path names only an error: a scalar's is made if it fails.
-		path := ""
-		if p.Type.Kind > wasmcapi.KindString {
-			path = "args." + p.Name
-		}
-		val, err := fromJSON(p.Type, in[i], path)
-		if err != nil && path == "" {
-			_, err = fromJSON(p.Type, in[i], "args."+p.Name)
-		}
+	var f flatArgs
+	if scanFlat(raw, &f) {
+		var buf [maxFlat]int
+		idx, err := order(ft, f.array, f.names[:f.n], f.n, buf[:0])
 		if err != nil {
 			return nil, err
 		}
-		out[i] = val
+		out := make([]wasmcapi.Val, len(ft.Params))
+		for i, p := range ft.Params {
+			t := f.toks[idx[i]]
+			if !quickVal(p.Type, t, &out[i]) {
+				if out[i], err = convert(p, t.value()); err != nil {
+					return nil, err
+				}
+			}
+		}
+		return out, nil
+	}
+	g, err := decodeArgs(ft, raw)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := order(ft, g.array, g.names, len(g.values), nil)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]wasmcapi.Val, len(ft.Params))
+	for i, p := range ft.Params {
+		if out[i], err = convert(p, g.values[idx[i]]); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
 
+// order appends to idx, for each of ft's parameters, the index of its
+// argument among the n given: by position in an array, else by name (the
+// last of a name given twice, as a decoder's map has it). An argument too
+// many or too few is bad-input; of several unknown names, the least is
+// named, as the decoder's sorted keys have it.
+func order[S string | []byte](ft *wasmcapi.FuncType, array bool, names []S, n int, idx []int) ([]int, error) {
+	if array {
+		if n != len(ft.Params) {
+			return nil, sandbox.Errorf(sandbox.BadInput, "args", "the function takes %d arguments (%s), got %d", len(ft.Params), paramList(ft), n)
+		}
+		for i := range ft.Params {
+			idx = append(idx, i)
+		}
+		return idx, nil
+	}
+	unknown, found := "", false
+	for _, k := range names {
+		if !slices.ContainsFunc(ft.Params, func(p wasmcapi.Field) bool { return p.Name == string(k) }) && (!found || string(k) < unknown) {
+			unknown, found = string(k), true
+		}
+	}
+	if found {
+		return nil, sandbox.Errorf(sandbox.BadInput, "args."+unknown, "the function has no parameter %q (it takes %s)", unknown, paramList(ft))
+	}
+	for _, p := range ft.Params {
+		j := -1
+		for k, name := range names {
+			if string(name) == p.Name {
+				j = k
+			}
+		}
+		if j < 0 {
+			return nil, sandbox.Errorf(sandbox.BadInput, "args."+p.Name, "missing argument %s: expected %s", p.Name, p.Type)
+		}
+		idx = append(idx, j)
+	}
+	return idx, nil
+}
+
+// convert is fromJSON for parameter p's argument x. Its path names only an
+// error, so a scalar's is made only if it fails.
+func convert(p wasmcapi.Field, x any) (wasmcapi.Val, error) {
+	path := ""
+	if p.Type.Kind > wasmcapi.KindString {
+		path = "args." + p.Name
+	}
+	v, err := fromJSON(p.Type, x, path)
+	if err != nil && path == "" {
+		_, err = fromJSON(p.Type, x, "args."+p.Name)
+	}
+	return v, err
+}
+
+// quickVal converts the commonest scalars — a bool, an integer in range, a
+// string — straight from their token into v, with nothing boxed; for
+// anything else, errors included, it reports !ok and fromJSON decides.
+func quickVal(t *wasmcapi.Type, tok token, v *wasmcapi.Val) bool {
+	*v = wasmcapi.Val{Kind: t.Kind}
+	switch t.Kind {
+	case wasmcapi.KindBool:
+		v.Bool = tok.kind == 't'
+		return tok.kind == 't' || tok.kind == 'f'
+	case wasmcapi.KindString:
+		if tok.kind != '"' {
+			return false
+		}
+		v.Str = string(tok.b)
+		return true
+	case wasmcapi.KindU8, wasmcapi.KindU16, wasmcapi.KindU32, wasmcapi.KindU64:
+		u, ok := decimal(tok)
+		v.Uint = u
+		return ok && u <= math.MaxUint64>>(64-intBits(t.Kind))
+	case wasmcapi.KindS8, wasmcapi.KindS16, wasmcapi.KindS32, wasmcapi.KindS64:
+		neg := tok.kind == 'n' && len(tok.b) > 1 && tok.b[0] == '-'
+		if neg {
+			tok.b = tok.b[1:]
+		}
+		u, ok := decimal(tok)
+		limit := uint64(1) << (intBits(t.Kind) - 1) // -limit .. limit-1
+		if neg {
+			v.Int = -int64(u)
+			return ok && u <= limit
+		}
+		v.Int = int64(u)
+		return ok && u < limit
+	}
+	return false
+}
+
+// decimal reads a number token of decimal digits alone (no sign, fraction
+// or exponent) that fits in 64 bits.
+func decimal(tok token) (uint64, bool) {
+	if tok.kind != 'n' || len(tok.b) == 0 || len(tok.b) > 20 {
+		return 0, false
+	}
+	var u uint64
+	for _, c := range tok.b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if u > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		u = u*10 + d
+	}
+	return u, true
+}
+
+// decoded is what Args' general path read: names[i] is values[i]'s key
+// (none for an array; sorted).
+type decoded struct {
+	array  bool
+	names  []string
+	values []any
+}
+
 // decodeArgs is Args' general path: any JSON, numbers kept exact.
-func decodeArgs(ft *wasmcapi.FuncType, raw json.RawMessage) (flatArgs, error) {
-	var f flatArgs
+func decodeArgs(ft *wasmcapi.FuncType, raw json.RawMessage) (decoded, error) {
+	var f decoded
 	v, err := decodeOne(raw)
 	switch {
 	case errors.Is(err, errMoreThanOne):
@@ -173,8 +274,18 @@ func describe(x any) string {
 	return fmt.Sprintf("%T", x)
 }
 
-var intBits = map[wasmcapi.Kind]int{wasmcapi.KindS8: 8, wasmcapi.KindS16: 16, wasmcapi.KindS32: 32, wasmcapi.KindS64: 64,
-	wasmcapi.KindU8: 8, wasmcapi.KindU16: 16, wasmcapi.KindU32: 32, wasmcapi.KindU64: 64}
+// intBits is an integer kind's width.
+func intBits(k wasmcapi.Kind) int {
+	switch k {
+	case wasmcapi.KindS8, wasmcapi.KindU8:
+		return 8
+	case wasmcapi.KindS16, wasmcapi.KindU16:
+		return 16
+	case wasmcapi.KindS32, wasmcapi.KindU32:
+		return 32
+	}
+	return 64
+}
 
 func fromJSON(t *wasmcapi.Type, x any, path string) (wasmcapi.Val, error) {
 	v := wasmcapi.Val{Kind: t.Kind}
@@ -191,7 +302,7 @@ func fromJSON(t *wasmcapi.Type, x any, path string) (wasmcapi.Val, error) {
 		if !ok {
 			return bad()
 		}
-		i, err := strconv.ParseInt(string(n), 10, intBits[t.Kind])
+		i, err := strconv.ParseInt(string(n), 10, intBits(t.Kind))
 		if err != nil {
 			return bad()
 		}
@@ -201,7 +312,7 @@ func fromJSON(t *wasmcapi.Type, x any, path string) (wasmcapi.Val, error) {
 		if !ok {
 			return bad()
 		}
-		u, err := strconv.ParseUint(string(n), 10, intBits[t.Kind])
+		u, err := strconv.ParseUint(string(n), 10, intBits(t.Kind))
 		if err != nil {
 			return bad()
 		}
