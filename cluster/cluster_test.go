@@ -112,6 +112,9 @@ type nodeSpec struct {
 	name, region string
 	gpus         int
 	maxPayload   int32 // of its NATS server; 0: the default
+	// after, if not nil, is waited for before the node connects to its
+	// cluster, and connected, if not nil, closed when it has.
+	after, connected chan struct{}
 }
 
 // startNodes starts a node per spec over a NATS cluster of as many servers
@@ -138,13 +141,21 @@ func startNodes(t testing.TB, specs []nodeSpec, replicas int, conf func(name, re
 			defer wg.Done()
 			no := o
 			no.Name, no.Region, no.Replicas = sp.name, sp.region, replicas
-			nodes[i], errs[i] = startNode(t, ctx, conf(sp.name, sp.region), no, sp, fmt.Sprintf("127.0.0.1:%d", routes[i]), routeURLs)
+			eo := cluster.EmbeddedOptions{ClusterListen: fmt.Sprintf("127.0.0.1:%d", routes[i]), ClusterName: "wovyr-test", Routes: routeURLs}
+			nodes[i], errs[i] = startNode(t, ctx, conf(sp.name, sp.region), no, sp, eo)
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
+	waitLive(t, ctx, nodes)
+	return nodes
+}
+
+// waitLive waits until every node sees every node live.
+func waitLive(t testing.TB, ctx context.Context, nodes []*testNode) {
+	t.Helper()
 	for _, n := range nodes {
 		for len(n.node.Live()) < len(nodes) {
 			if ctx.Err() != nil {
@@ -153,10 +164,11 @@ func startNodes(t testing.TB, specs []nodeSpec, replicas int, conf func(name, re
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	return nodes
 }
 
-func startNode(t testing.TB, ctx context.Context, cfg config.Config, o cluster.Options, sp nodeSpec, routeAddr string, routes []string) (*testNode, error) {
+// startNode starts a node whose embedded NATS server joins the others as
+// eo says (its NATS cluster, routes and gateways).
+func startNode(t testing.TB, ctx context.Context, cfg config.Config, o cluster.Options, sp nodeSpec, eo cluster.EmbeddedOptions) (*testNode, error) {
 	name, region := o.Name, o.Region
 	dir, err := os.MkdirTemp("", "wovyr-cluster-test-")
 	if err != nil {
@@ -165,8 +177,8 @@ func startNode(t testing.TB, ctx context.Context, cfg config.Config, o cluster.O
 	os.Chmod(dir, 0o711) // sandbox uids traverse it
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	clientPort := freePorts(t, 1)[0] // fixed, so that a restart keeps it
-	eo := cluster.EmbeddedOptions{Name: name, Region: region, Listen: fmt.Sprintf("127.0.0.1:%d", clientPort),
-		ClusterListen: routeAddr, ClusterName: "wovyr-test", Routes: routes, StoreDir: filepath.Join(dir, "nats"), MaxPayload: sp.maxPayload}
+	eo.Name, eo.Region, eo.Listen = name, region, fmt.Sprintf("127.0.0.1:%d", clientPort)
+	eo.StoreDir, eo.MaxPayload = filepath.Join(dir, "nats"), sp.maxPayload
 	ns, err := cluster.StartEmbedded(eo)
 	if err != nil {
 		return nil, err
@@ -192,9 +204,19 @@ func startNode(t testing.TB, ctx context.Context, cfg config.Config, o cluster.O
 		return nil, err
 	}
 	o.URL, o.Required, o.Logger = ns.ClientURL(), mgr.Required, log
+	if sp.after != nil {
+		select {
+		case <-sp.after:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	cn, err := cluster.Connect(ctx, o)
 	if err != nil {
 		return nil, err
+	}
+	if sp.connected != nil {
+		close(sp.connected)
 	}
 	so := server.Options{Config: cfg, Manager: mgr, Store: st, Logger: log, Cluster: cn}
 	if sp.gpus > 0 {

@@ -1,8 +1,12 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +33,13 @@ type EmbeddedOptions struct {
 	ClusterName string
 	// Routes are the other servers' route URLs.
 	Routes []string
+	// GatewayListen is the gateway address: this server's NATS cluster
+	// (ClusterName) is one cluster of a supercluster, one cluster per
+	// region (ADR 0031). Empty means no gateway.
+	GatewayListen string
+	// Gateways are the other clusters' gateway URLs, by cluster name
+	// (nats://127.0.0.1:7222).
+	Gateways map[string][]string
 	// StoreDir holds JetStream's files.
 	StoreDir string
 	// MaxPayload is the largest message the server carries. Zero means
@@ -69,6 +80,11 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 		opts.Cluster = server.ClusterOpts{Name: o.ClusterName, Host: ch, Port: cp}
 		opts.Routes = server.RoutesFromStr(strings.Join(o.Routes, ","))
 	}
+	if o.GatewayListen != "" {
+		if opts.Gateway, err = gatewayOpts(o); err != nil {
+			return nil, err
+		}
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: nats server: %w", err)
@@ -88,6 +104,31 @@ func (e *Embedded) ClientURL() string { return e.ns.ClientURL() }
 func (e *Embedded) Shutdown() {
 	e.ns.Shutdown()
 	e.ns.WaitForShutdown()
+}
+
+// gatewayOpts is o's gateway: its cluster's name, its address, and the
+// other clusters it dials, in a stable order.
+func gatewayOpts(o EmbeddedOptions) (server.GatewayOpts, error) {
+	host, port, err := hostPort(o.GatewayListen)
+	if err != nil {
+		return server.GatewayOpts{}, fmt.Errorf("cluster: nats gateway_listen %q: %w", o.GatewayListen, err)
+	}
+	if o.ClusterName == "" || o.ClusterListen == "" {
+		return server.GatewayOpts{}, errors.New("cluster: a nats gateway needs the server's cluster (cluster_name and cluster_listen)")
+	}
+	g := server.GatewayOpts{Name: o.ClusterName, Host: host, Port: port}
+	for _, name := range slices.Sorted(maps.Keys(o.Gateways)) {
+		r := &server.RemoteGatewayOpts{Name: name}
+		for _, raw := range o.Gateways[name] {
+			u, err := url.Parse(raw)
+			if err != nil || u.Host == "" {
+				return server.GatewayOpts{}, fmt.Errorf("cluster: nats gateway %s: bad URL %q", name, raw)
+			}
+			r.URLs = append(r.URLs, u)
+		}
+		g.Gateways = append(g.Gateways, r)
+	}
+	return g, nil
 }
 
 // hostPort splits a listen address; port 0 becomes the server's "pick a

@@ -1,9 +1,11 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net"
+	"net/url"
 	"slices"
 	"time"
 
@@ -52,6 +54,14 @@ type NATS struct {
 	Routes []string `json:"routes,omitempty"`
 	// ClusterName names the NATS cluster. Zero means "wovyr".
 	ClusterName string `json:"cluster_name,omitempty"`
+	// GatewayListen is the embedded server's gateway address: its NATS
+	// cluster is then one region's cluster of a supercluster, joined to
+	// the other regions' clusters (Gateways) by NATS gateways, the
+	// multi-region layout (ADR 0031). Zero means no gateway.
+	GatewayListen string `json:"gateway_listen,omitempty"`
+	// Gateways are the other clusters' gateway URLs, by cluster name
+	// ({"us-east": ["nats://127.0.0.1:7222"]}).
+	Gateways map[string][]string `json:"gateways,omitempty"`
 	// Replicas is how many NATS servers hold each of the cluster's
 	// streams and buckets: 3 with three or more servers, so that one
 	// stopping does not stop the cluster. Zero means 1.
@@ -99,6 +109,14 @@ func (c *Config) regionDefaults() {
 	if len(c.NATS.Routes) == 0 {
 		c.NATS.Routes = nil
 	}
+	gw := make(map[string][]string, len(c.NATS.Gateways))
+	for name, urls := range c.NATS.Gateways {
+		gw[name] = slices.Clone(urls)
+	}
+	c.NATS.Gateways = gw
+	if len(gw) == 0 {
+		c.NATS.Gateways = nil
+	}
 }
 
 func (c Config) validateRegion() error {
@@ -145,6 +163,57 @@ func (c Config) validateRegion() error {
 			host, _, err := net.SplitHostPort(a)
 			if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
 				return bad(f, "the embedded NATS server listens on loopback only (want 127.0.0.1:PORT, not %q); use nats.url for a NATS across hosts", a)
+			}
+		}
+		if err := c.validateGateways(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func hostOf(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
+	return u.Hostname()
+}
+
+// validateGateways checks the embedded server's gateway: on loopback, of a
+// NATS cluster, dialling other clusters on loopback by their names.
+func (c Config) validateGateways() error {
+	n := c.NATS
+	if n.GatewayListen == "" {
+		if len(n.Gateways) > 0 {
+			return sandbox.Errorf(sandbox.BadInput, "nats.gateways", "gateways need nats.gateway_listen")
+		}
+		return nil
+	}
+	host, _, err := net.SplitHostPort(n.GatewayListen)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+		return sandbox.Errorf(sandbox.BadInput, "nats.gateway_listen", "the embedded NATS server listens on loopback only (want 127.0.0.1:PORT, not %q); use nats.url for a NATS across hosts", n.GatewayListen)
+	}
+	if n.ClusterListen == "" {
+		return sandbox.Errorf(sandbox.BadInput, "nats.gateway_listen", "a gateway joins NATS clusters: it needs nats.cluster_listen")
+	}
+	for _, name := range slices.Sorted(maps.Keys(n.Gateways)) {
+		field := "nats.gateways." + name
+		if name == n.ClusterName {
+			return sandbox.Errorf(sandbox.BadInput, field, "%q is this server's own cluster (nats.cluster_name)", name)
+		}
+		if !sandbox.ValidRegion(name) {
+			return sandbox.Errorf(sandbox.BadInput, field, "a cluster name must match %s", sandbox.RegionRE)
+		}
+		if len(n.Gateways[name]) == 0 {
+			return sandbox.Errorf(sandbox.BadInput, field, "no gateway URL")
+		}
+		for _, raw := range n.Gateways[name] {
+			u, err := url.Parse(raw)
+			if err == nil && (u.Scheme != "nats" || u.Port() == "") {
+				err = errors.New("not nats://HOST:PORT")
+			}
+			if ip := net.ParseIP(hostOf(u)); err != nil || ip == nil || !ip.IsLoopback() {
+				return sandbox.Errorf(sandbox.BadInput, field, "want nats://127.0.0.1:PORT (the embedded server dials loopback only), not %q", raw)
 			}
 		}
 	}

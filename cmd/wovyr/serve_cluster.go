@@ -53,12 +53,14 @@ func joinCluster(ctx context.Context, cfg config.Config, stateDir string, mgr *m
 	if url == "" {
 		e, err := cluster.StartEmbedded(cluster.EmbeddedOptions{Name: cfg.Node, Region: cfg.Region,
 			Listen: cfg.NATS.Listen, ClusterListen: cfg.NATS.ClusterListen, ClusterName: cfg.NATS.ClusterName,
-			Routes: cfg.NATS.Routes, StoreDir: filepath.Join(stateDir, "nats")})
+			Routes: cfg.NATS.Routes, GatewayListen: cfg.NATS.GatewayListen, Gateways: cfg.NATS.Gateways,
+			StoreDir: filepath.Join(stateDir, "nats")})
 		if err != nil {
 			return nil, nil, err
 		}
 		url, stop = e.ClientURL(), e.Shutdown
-		log.Info("embedded nats", "url", url, "cluster_listen", cfg.NATS.ClusterListen, "routes", len(cfg.NATS.Routes))
+		log.Info("embedded nats", "url", url, "cluster_listen", cfg.NATS.ClusterListen, "routes", len(cfg.NATS.Routes),
+			"gateway_listen", cfg.NATS.GatewayListen, "gateways", len(cfg.NATS.Gateways))
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
