@@ -297,6 +297,44 @@ var requests = []sandbox.Residency{
 	{DataClass: "pii-us", Regions: []string{"eu-west"}},
 }
 
+// placeChecked submits /bin/true for tenant through api under req, and
+// checks it against allowedFor: refused with 409 residency-unmet when
+// nothing is allowed, else done in an allowed region (the API node's own
+// when allowed), on a node of that region, its record read back through
+// reader. It returns the region, or "refused".
+func placeChecked(ctx context.Context, api *testNode, tenant string, req sandbox.Residency, reader *testNode, regionOf map[string]string) (string, error) {
+	inv := command()
+	inv.Policy.Residency = req
+	allowed := allowedFor(tenant, req)
+	rec, err := api.client(tenant).Submit(ctx, inv, 30*time.Second)
+	if len(allowed) == 0 {
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.Status != 409 || ce.Code != sandbox.ResidencyUnmet {
+			return "", fmt.Errorf("%s via %s %+v: got %v, %v; want 409 residency-unmet", tenant, api.name, req, rec, err)
+		}
+		return "refused", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s via %s %+v: %v", tenant, api.name, req, err)
+	}
+	if rec.State != client.StateDone {
+		return "", fmt.Errorf("%s via %s %+v: not done: %+v", tenant, api.name, req, rec)
+	}
+	// Read it back through reader: the record as stored where it ran.
+	got, err := reader.client(tenant).Get(ctx, rec.ID, 0)
+	if err != nil {
+		return "", fmt.Errorf("get %s via %s: %v", rec.ID, reader.name, err)
+	}
+	if !slices.Contains(allowed, got.Region) || regionOf[got.Node] != got.Region || got.Result == nil || got.Result.ExitCode != 0 {
+		return "", fmt.Errorf("VIOLATION: %s via %s %+v ran at %s/%s, allowed %v", tenant, api.name, req, got.Region, got.Node, allowed)
+	}
+	// Preferred: the API node's own region when allowed.
+	if slices.Contains(allowed, api.region) && got.Region != api.region {
+		return "", fmt.Errorf("%s via %s %+v: ran in %s, not in the API node's allowed region", tenant, api.name, req, got.Region)
+	}
+	return got.Region, nil
+}
+
 // TestClusterResidency is the residency truth table over a live cluster:
 // every tenant × request × API node, then 1,000 random placements, each
 // checked against its record (read back through a random node), and a
@@ -314,36 +352,7 @@ func TestClusterResidency(t *testing.T) {
 		regionOf[n.name] = n.region
 	}
 	check := func(api *testNode, tenant string, req sandbox.Residency, reader *testNode) (string, error) {
-		inv := command()
-		inv.Policy.Residency = req
-		allowed := allowedFor(tenant, req)
-		rec, err := api.client(tenant).Submit(ctx, inv, 30*time.Second)
-		if len(allowed) == 0 {
-			var ce *client.Error
-			if !errors.As(err, &ce) || ce.Status != 409 || ce.Code != sandbox.ResidencyUnmet {
-				return "", fmt.Errorf("%s via %s %+v: got %v, %v; want 409 residency-unmet", tenant, api.name, req, rec, err)
-			}
-			return "refused", nil
-		}
-		if err != nil {
-			return "", fmt.Errorf("%s via %s %+v: %v", tenant, api.name, req, err)
-		}
-		if rec.State != client.StateDone {
-			return "", fmt.Errorf("%s via %s %+v: not done: %+v", tenant, api.name, req, rec)
-		}
-		// Read it back through reader: the record as stored where it ran.
-		got, err := reader.client(tenant).Get(ctx, rec.ID, 0)
-		if err != nil {
-			return "", fmt.Errorf("get %s via %s: %v", rec.ID, reader.name, err)
-		}
-		if !slices.Contains(allowed, got.Region) || regionOf[got.Node] != got.Region || got.Result == nil || got.Result.ExitCode != 0 {
-			return "", fmt.Errorf("VIOLATION: %s via %s %+v ran at %s/%s, allowed %v", tenant, api.name, req, got.Region, got.Node, allowed)
-		}
-		// Preferred: the API node's own region when allowed.
-		if slices.Contains(allowed, api.region) && got.Region != api.region {
-			return "", fmt.Errorf("%s via %s %+v: ran in %s, not in the API node's allowed region", tenant, api.name, req, got.Region)
-		}
-		return got.Region, nil
+		return placeChecked(ctx, api, tenant, req, reader, regionOf)
 	}
 
 	phase("truth table")
