@@ -22,7 +22,7 @@ const cancelLimit = time.Minute + 5*time.Second
 // Conflict a local cancel gives; a holder that does not answer is
 // unavailable (503) and nothing is assumed cancelled.
 func (n *Node) Cancel(ctx context.Context, tenant, id string) (store.Invocation, error) {
-	pl, _, err := n.placement(ctx, id)
+	pl, _, _, err := n.placement(ctx, id)
 	if err != nil {
 		return store.Invocation{}, err
 	}
@@ -34,7 +34,7 @@ func (n *Node) Cancel(ctx context.Context, tenant, id string) (store.Invocation,
 		// first (then that node cancels it, below).
 		a := answer{Code: sandbox.Killed, Message: sandbox.Public(sandbox.Errorf(sandbox.Killed, "", "cancelled before it started"))}
 		n.refuse(ctx, id, a, "")
-		if pl, _, err = n.placement(ctx, id); err != nil {
+		if pl, _, _, err = n.placement(ctx, id); err != nil {
 			return store.Invocation{}, err
 		}
 		if pl.Refusal != nil && pl.Refusal.Class == sandbox.Killed && pl.Node == "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -291,7 +292,13 @@ func (n *Node) queue(ctx context.Context, region string, inv *sandbox.Invocation
 		return store.Invocation{}, sandbox.Wrap(unavailable, err, "invocation %s could not be queued", inv.ID)
 	}
 	b, _ := json.Marshal(pl)
-	_, err = n.places.Create(context.WithoutCancel(ctx), inv.ID, b)
+	kv, err := n.placesIn(context.WithoutCancel(ctx), region) // the region's own record of it
+	if err == nil && kv == nil {
+		err = fmt.Errorf("region %s has no placements bucket", region)
+	}
+	if err == nil {
+		_, err = kv.Create(context.WithoutCancel(ctx), inv.ID, b)
+	}
 	if err == nil {
 		return queuedRecord(inv.ID, pl), nil
 	}

@@ -39,7 +39,7 @@ type followAnswer struct {
 // wait for a change from state and have. One no node holds (queued, lost,
 // refused) is answered as Get answers it, without chunks.
 func (n *Node) Follow(ctx context.Context, tenant, id string, state store.State, have int, wait time.Duration) (store.Invocation, []sandbox.Chunk, error) {
-	pl, _, err := n.placement(ctx, id)
+	pl, _, _, err := n.placement(ctx, id)
 	if err != nil {
 		return store.Invocation{}, nil, err
 	}

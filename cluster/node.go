@@ -18,12 +18,10 @@ import (
 	"github.com/wovyr/wovyr/store"
 )
 
-// Names of the cluster's KV buckets and subjects.
+// Prefixes of the cluster's subjects (the buckets: regional.go).
 const (
-	nodesBucket      = "wovyr-nodes"
-	placementsBucket = "wovyr-placements"
-	workPrefix       = "wovyr.work."
-	nodePrefix       = "wovyr.node."
+	workPrefix = "wovyr.work."
+	nodePrefix = "wovyr.node."
 )
 
 // Options configure a Node. Every zero field is documented.
@@ -119,13 +117,15 @@ type Node struct {
 	log    *slog.Logger
 	nc     *nats.Conn
 	js     jetstream.JetStream
-	nodes  jetstream.KeyValue
-	places jetstream.KeyValue
+	nodes  jetstream.KeyValue // this region's registry (regional.go)
+	places jetstream.KeyValue // this region's placements
 	reg    *registry
 
 	mu      sync.Mutex
 	serving bool
 	specKV  map[string]jetstream.KeyValue // by region (spec.go)
+	placeKV map[string]jetstream.KeyValue // other regions' placements, by region
+	known   map[string]bool               // the other regions whose registries the view has
 	// room is poked when the executor may have room again (Freed).
 	room chan struct{}
 	// beat is when this node's last heartbeat was written (UnixNano; 0
@@ -169,27 +169,18 @@ func Connect(ctx context.Context, o Options) (*Node, error) {
 		nc.Close()
 		return nil, fmt.Errorf("cluster: jetstream: %w", err)
 	}
-	err = retry(ctx, func(ctx context.Context) error {
-		var err error
-		n.nodes, err = n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: nodesBucket,
-			Description: "wovyr nodes: one entry per live node, renewed every heartbeat", History: 1,
-			TTL: 3 * o.Heartbeat, Storage: jetstream.MemoryStorage, Replicas: o.Replicas})
-		if err != nil {
-			return err
-		}
-		n.places, err = n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: placementsBucket,
-			Description: "wovyr placements: invocation id → the node that holds its record", History: 1,
-			TTL: o.Retention, Storage: jetstream.FileStorage, Replicas: o.Replicas})
-		return err
-	})
-	if err != nil {
+	if err := n.openRegionBuckets(ctx); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("cluster: buckets: %w", err)
 	}
-	if n.reg, err = watchRegistry(ctx, n.nodes, 3*o.Heartbeat, n.log); err != nil {
+	n.reg = newRegistry(ctx, 3*o.Heartbeat, n.log)
+	if err := n.reg.watch(ctx, n.nodes); err != nil {
+		n.reg.close()
 		nc.Close()
 		return nil, err
 	}
+	n.discoverRegions(ctx)
+	n.keepDiscovering(n.reg.ctx)
 	return n, nil
 }
 

@@ -113,7 +113,7 @@ func (n *Node) Ended(ctx context.Context, id string, st store.State) error {
 // placement is marked lost once, for good, and every node answers the
 // same lost record.
 func (n *Node) Get(ctx context.Context, tenant, id string, wait time.Duration) (store.Invocation, error) {
-	pl, _, err := n.placement(ctx, id)
+	pl, _, _, err := n.placement(ctx, id)
 	if err != nil {
 		return store.Invocation{}, err
 	}
@@ -128,7 +128,7 @@ func (n *Node) Get(ctx context.Context, tenant, id string, wait time.Duration) (
 			return store.Invocation{}, ctx.Err()
 		case <-time.After(min(queuePoll, time.Until(until))):
 		}
-		if pl, _, err = n.placement(ctx, id); err != nil {
+		if pl, _, _, err = n.placement(ctx, id); err != nil {
 			return store.Invocation{}, err
 		}
 	}
@@ -154,7 +154,7 @@ func (n *Node) Get(ctx context.Context, tenant, id string, wait time.Duration) (
 			return store.Invocation{}, ctx.Err()
 		case <-time.After(queuePoll):
 		}
-		if pl, _, err = n.placement(ctx, id); err != nil {
+		if pl, _, _, err = n.placement(ctx, id); err != nil {
 			return store.Invocation{}, err
 		}
 		if pl.Refusal != nil {
@@ -297,38 +297,62 @@ func lostRecord(id string, pl placement) store.Invocation {
 		Result: &sandbox.Result{ID: id, ExitCode: -1, Class: sandbox.Lost, Error: pl.Lost}}
 }
 
-// placement reads id's entry and its revision.
-func (n *Node) placement(ctx context.Context, id string) (placement, uint64, error) {
+// placement reads id's entry, its revision and the bucket it is in: its
+// own region's first, then the other regions'. Not found in any is
+// store.ErrNotFound, unless a region could not be read (unavailable).
+func (n *Node) placement(ctx context.Context, id string) (placement, uint64, jetstream.KeyValue, error) {
 	var pl placement
 	if !sandbox.ValidTenant(id) {
-		return pl, 0, store.ErrNotFound
+		return pl, 0, nil, store.ErrNotFound
 	}
-	var raw []byte
-	var rev uint64
-	e, err := n.places.Get(ctx, id)
+	var unread error
+	for _, region := range n.regions() {
+		kv, err := n.placesIn(ctx, region)
+		if err != nil {
+			unread = err
+			continue
+		}
+		if kv == nil {
+			continue
+		}
+		raw, rev, err := n.placementIn(ctx, kv, region, id)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			unread = err
+			continue
+		}
+		if err := json.Unmarshal(raw, &pl); err != nil {
+			return pl, 0, nil, store.ErrNotFound
+		}
+		return pl, rev, kv, nil
+	}
+	if unread != nil {
+		return pl, 0, nil, unread
+	}
+	return pl, 0, nil, store.ErrNotFound
+}
+
+// placementIn reads id's entry in region's bucket kv.
+func (n *Node) placementIn(ctx context.Context, kv jetstream.KeyValue, region, id string) ([]byte, uint64, error) {
+	e, err := kv.Get(ctx, id)
 	switch {
 	case err == nil:
-		raw, rev = e.Value(), e.Revision()
+		return e.Value(), e.Revision(), nil
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		// A KV get may be answered by a replica that has not seen the
 		// placement yet (direct get); the stream's leader has.
-		if raw, rev, err = n.leaderGet(ctx, id); err != nil {
-			return pl, 0, err
-		}
-	default:
-		return pl, 0, sandbox.Wrap(unavailable, err, "cluster unreachable")
+		return n.leaderGet(ctx, placementsBucket(region), id)
 	}
-	if err := json.Unmarshal(raw, &pl); err != nil {
-		return pl, 0, store.ErrNotFound
-	}
-	return pl, rev, nil
+	return nil, 0, sandbox.Wrap(unavailable, err, "cluster unreachable")
 }
 
 // updatePlacement applies fn to id's entry with compare-and-set, retrying
 // a lost race a few times; fn returns false to leave it.
 func (n *Node) updatePlacement(ctx context.Context, id string, fn func(*placement) bool) error {
 	for range 5 {
-		pl, rev, err := n.placement(ctx, id)
+		pl, rev, kv, err := n.placement(ctx, id)
 		if err != nil {
 			return err
 		}
@@ -336,7 +360,7 @@ func (n *Node) updatePlacement(ctx context.Context, id string, fn func(*placemen
 			return nil
 		}
 		b, _ := json.Marshal(pl)
-		if _, err = n.places.Update(ctx, id, b, rev); err == nil {
+		if _, err = kv.Update(ctx, id, b, rev); err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -346,12 +370,12 @@ func (n *Node) updatePlacement(ctx context.Context, id string, fn func(*placemen
 	return errors.New("cluster: placement update lost every race")
 }
 
-// leaderGet reads id's placement from the placements stream's leader:
-// the JetStream API's message get, which (unlike a direct get) only the
+// leaderGet reads id's placement from bucket's stream leader: the
+// JetStream API's message get, which (unlike a direct get) only the
 // leader answers. A missing or deleted key is store.ErrNotFound.
-func (n *Node) leaderGet(ctx context.Context, id string) ([]byte, uint64, error) {
-	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + placementsBucket + "." + id})
-	m, err := n.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+placementsBucket, req)
+func (n *Node) leaderGet(ctx context.Context, bucket, id string) ([]byte, uint64, error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + bucket + "." + id})
+	m, err := n.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, req)
 	if err != nil {
 		return nil, 0, sandbox.Wrap(unavailable, err, "cluster unreachable")
 	}

@@ -75,7 +75,7 @@ func TestRegionQueuesStayInRegion(t *testing.T) {
 		if info, err := st.Info(ctx); err != nil || !slices.Contains(servers, info.Cluster.Leader) || info.Config.Placement == nil {
 			t.Fatalf("%s's specs on %+v (%v), want one of %v", region, info.Cluster, err, servers)
 		}
-		places, err := js.KeyValue(ctx, "wovyr-placements")
+		places, err := js.KeyValue(ctx, "wovyr-placements-"+region)
 		if err != nil {
 			t.Fatal(err)
 		}

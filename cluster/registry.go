@@ -27,38 +27,44 @@ type Info struct {
 	Seen time.Time `json:"seen"`
 }
 
-// registry is the live view of wovyr-nodes, kept by a KV watcher and, in
-// case the watcher stalls (its consumer lost while a NATS server of the
-// bucket stops), by re-reading every entry each ttl/3. An entry counts as
-// live while its heartbeat is younger than ttl: the bucket's own expiry
-// removes old entries without telling watchers.
+// registry is the live view of every region's wovyr-nodes bucket, kept by
+// a KV watcher per bucket and, in case a watcher stalls (its consumer lost
+// while a NATS server of the bucket stops), by re-reading every entry each
+// ttl/3. An entry counts as live while its heartbeat is younger than ttl:
+// the bucket's own expiry removes old entries without telling watchers,
+// and a region whose bucket cannot be read (its NATS cluster gone) has
+// its entries age out.
 type registry struct {
-	ttl    time.Duration
-	mu     sync.Mutex
-	byID   map[string]Info
-	stop   context.CancelFunc
-	done   chan struct{} // the watcher's goroutine ended
-	polled chan struct{} // the poller's goroutine ended
+	ttl  time.Duration
+	log  *slog.Logger
+	ctx  context.Context // the watchers' and pollers'
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+
+	mu   sync.Mutex
+	byID map[string]Info
 }
 
-// close stops the watcher and the poller and waits for both.
+func newRegistry(ctx context.Context, ttl time.Duration, log *slog.Logger) *registry {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	return &registry{ttl: ttl, log: log, ctx: rctx, stop: cancel, byID: map[string]Info{}}
+}
+
+// close stops the watchers and the pollers and waits for them.
 func (r *registry) close() {
 	r.stop()
-	<-r.done
-	<-r.polled
+	r.wg.Wait()
 }
 
-func watchRegistry(ctx context.Context, kv jetstream.KeyValue, ttl time.Duration, log *slog.Logger) (*registry, error) {
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w, err := kv.WatchAll(wctx)
+// watch keeps kv's entries in the view until the registry closes; it
+// returns once the watcher has its initial values, or when ctx ends.
+func (r *registry) watch(ctx context.Context, kv jetstream.KeyValue) error {
+	w, err := kv.WatchAll(r.ctx)
 	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("cluster: watch registry: %w", err)
+		return fmt.Errorf("cluster: watch registry: %w", err)
 	}
-	r := &registry{ttl: ttl, byID: map[string]Info{}, stop: cancel, done: make(chan struct{})}
 	ready := make(chan struct{})
-	go func() {
-		defer close(r.done)
+	r.wg.Go(func() {
 		defer w.Stop()
 		once := sync.OnceFunc(func() { close(ready) })
 		defer once()
@@ -67,31 +73,28 @@ func watchRegistry(ctx context.Context, kv jetstream.KeyValue, ttl time.Duration
 				once()
 				continue
 			}
-			r.apply(e, log)
+			r.apply(e, r.log)
 		}
-	}()
+	})
 	select {
 	case <-ready:
 	case <-ctx.Done():
-		cancel()
-		<-r.done
-		return nil, ctx.Err()
+		w.Stop()
+		return ctx.Err()
 	}
-	r.polled = make(chan struct{})
-	go func() {
-		defer close(r.polled)
-		t := time.NewTicker(max(ttl/3, 10*time.Millisecond))
+	r.wg.Go(func() {
+		t := time.NewTicker(max(r.ttl/3, 10*time.Millisecond))
 		defer t.Stop()
 		for {
 			select {
-			case <-wctx.Done():
+			case <-r.ctx.Done():
 				return
 			case <-t.C:
-				r.poll(wctx, kv, ttl, log)
+				r.poll(r.ctx, kv, r.ttl, r.log)
 			}
 		}
-	}()
-	return r, nil
+	})
+	return nil
 }
 
 // poll re-reads every entry, bounded by ttl.

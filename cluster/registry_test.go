@@ -58,7 +58,7 @@ func TestStaleRegistryIsUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := js.DeleteKeyValue(ctx, "wovyr-nodes"); err != nil {
+	if err := js.DeleteKeyValue(ctx, "wovyr-nodes-r1"); err != nil {
 		t.Fatal(err)
 	}
 	for {

@@ -27,13 +27,11 @@ func startSupercluster(t *testing.T) []*testNode {
 	if testing.Short() {
 		t.Skip("starts two NATS clusters and three nodes")
 	}
-	// eu-1 connects first, so the cluster-wide buckets (the registry, the
-	// placements) are made on eu-west's cluster; the test then loses
-	// us-east's. (Losing the cluster that holds them stops dispatch in every
-	// region, with 503s and nothing lost: ADR 0031.)
-	euUp := make(chan struct{})
-	specs := []nodeSpec{{name: "eu-1", region: "eu-west", connected: euUp}, {name: "eu-2", region: "eu-west", after: euUp},
-		{name: "us-1", region: "us-east", after: euUp}}
+	// us-1 connects first: were any bucket cluster-wide, it would be made
+	// on us-east's cluster, which the test then loses.
+	usUp := make(chan struct{})
+	specs := []nodeSpec{{name: "eu-1", region: "eu-west", after: usUp}, {name: "eu-2", region: "eu-west", after: usUp},
+		{name: "us-1", region: "us-east", connected: usUp}}
 	routes, gws := freePorts(t, len(specs)), freePorts(t, len(specs))
 	routeURLs, gwURLs := map[string][]string{}, map[string][]string{}
 	for i, sp := range specs {
@@ -124,9 +122,11 @@ func TestSuperclusterResidency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	where := map[string]string{"KV_wovyr-nodes": "eu-west", "KV_wovyr-placements": "eu-west"}
+	where := map[string]string{}
 	for _, region := range []string{"eu-west", "us-east"} {
-		where["WOVYR_WORK_"+region], where["KV_WOVYR_SPECS_"+region] = region, region
+		for _, name := range []string{"WOVYR_WORK_", "KV_WOVYR_SPECS_", "KV_wovyr-nodes-", "KV_wovyr-placements-"} {
+			where[name+region] = region
+		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(where)) {
 		s, err := js.Stream(ctx, name)
