@@ -139,6 +139,10 @@ func NewHost(cfg Config) (*Host, error) {
 		if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 			return nil, fmt.Errorf("plugin: %w", err)
 		}
+		// What a crash left half written: this host is Dir's only writer.
+		if n, err := artifact.RemoveStale(cfg.Dir); n > 0 || err != nil {
+			cfg.Log.Info("plugin: removed unfinished compiled components", "dir", cfg.Dir, "removed", n, "err", err)
+		}
 	}
 	// A component's core instances and memories come out of the same pool,
 	// so those get several slots per component instance.

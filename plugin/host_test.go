@@ -60,6 +60,30 @@ func call(t testing.TB, h *Host, tenant, name, fn, args string) *Result {
 	return r
 }
 
+// TestUnfinishedArtifactsRemovedAtStart: a compiled component's temporary
+// file that a crash left in Dir is gone when a host starts there; the
+// sealed artifact beside it still loads without a compile.
+func TestUnfinishedArtifactsRemovedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	calc := component(t, "calc")
+	first := newHost(t, Config{Dir: dir})
+	if _, err := first.Load(signed("calc", calc), calc); err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	stale := filepath.Join(dir, ".wovyr-tmp-4242")
+	if err := os.WriteFile(stale, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := newHost(t, Config{Dir: dir})
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the unfinished file: %v", err)
+	}
+	if _, err := h.Load(signed("calc", calc), calc); err != nil || h.quickCompiles.Load()+h.fullCompiles.Load() != 0 {
+		t.Fatalf("the sealed artifact: %v, %d compiles", err, h.fullCompiles.Load())
+	}
+}
+
 func TestCallsMapEveryTypeFamily(t *testing.T) {
 	h := newHost(t, Config{Dir: t.TempDir()})
 	calc := component(t, "calc")

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wovyr/wovyr/internal/artifact"
 	"github.com/wovyr/wovyr/internal/wasmcapi"
 	"github.com/wovyr/wovyr/sandbox"
 	"github.com/wovyr/wovyr/snapshot"
@@ -237,22 +238,20 @@ func reconcile(ctx context.Context, stateDir string, keep func(snapshot.Key) boo
 		n += len(removed)
 		errs = append(errs, err)
 	}
-	for _, pat := range []string{
-		filepath.Join(stateDir, "wasm", "work", "wovyr-wasm-*"),
-		filepath.Join(stateDir, "wasm", "cache", ".wovyr-tmp-*"),
-	} {
-		m, _ := filepath.Glob(pat)
-		for _, p := range m {
-			if err := ctx.Err(); err != nil {
-				return n, err
-			}
-			if err := os.RemoveAll(p); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			n++
+	m, _ := filepath.Glob(filepath.Join(stateDir, "wasm", "work", "wovyr-wasm-*"))
+	for _, p := range m {
+		if err := ctx.Err(); err != nil {
+			return n, err
 		}
+		if err := os.RemoveAll(p); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
 	}
+	k, err = artifact.RemoveStale(filepath.Join(stateDir, "wasm", "cache"))
+	n += k
+	errs = append(errs, err)
 	return n, errors.Join(errs...)
 }
 

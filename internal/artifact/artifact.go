@@ -174,12 +174,35 @@ func checkKey(header []byte, key string) error {
 // MemfdPath names f for a consumer that opens by path.
 func MemfdPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }
 
+// tempPattern names Write's temporary files.
+const tempPattern = ".wovyr-tmp-*"
+
+// RemoveStale removes from dir the temporary files of Writes that a crash
+// cut short (a JavaScript component's is 60 MB). Call it at start-up,
+// before anything writes to dir; it returns how many it removed.
+func RemoveStale(dir string) (int, error) {
+	m, err := filepath.Glob(filepath.Join(dir, tempPattern))
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	n := 0
+	for _, p := range m {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
 // Write seals payload for key into path, atomically (a temporary file in
 // the same directory, renamed), mode 0600.
 func Write(path, key string, payload []byte) error {
 	kh := blake3.Sum256([]byte(key))
 	ph := digest(payload)
-	f, err := os.CreateTemp(filepath.Dir(path), ".wovyr-tmp-*")
+	f, err := os.CreateTemp(filepath.Dir(path), tempPattern)
 	if err != nil {
 		return err
 	}

@@ -114,3 +114,26 @@ func TestSealedRefusals(t *testing.T) {
 		t.Errorf("missing: %v", err)
 	}
 }
+
+// TestRemoveStale: the temporary files of interrupted Writes go; sealed
+// artifacts and other files stay.
+func TestRemoveStale(t *testing.T) {
+	dir := t.TempDir()
+	sealed := filepath.Join(dir, "a.cwasm")
+	if err := Write(sealed, "k", payload()); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{".wovyr-tmp-1", ".wovyr-tmp-22", "other"} {
+		os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o600)
+	}
+	if n, err := RemoveStale(dir); n != 2 || err != nil {
+		t.Fatalf("removed %d (%v), want the 2 temporary files", n, err)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, "*"))
+	if len(left) != 2 || filepath.Base(left[0]) != "a.cwasm" || filepath.Base(left[1]) != "other" {
+		t.Fatalf("left %v", left)
+	}
+	if _, err := Read(sealed, "k"); err != nil {
+		t.Fatal(err)
+	}
+}
