@@ -88,21 +88,25 @@ func TestScanTreeFindsEveryDescendant(t *testing.T) {
 		}
 	}()
 	var tree []procStat
+	orphan := false
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		var err error
 		if tree, err = scanTree(pid()); err != nil {
 			t.Skipf("no children lists here: %v", err)
 		}
-		// sh, its two sleeps, and the orphan (re-parented to this process)
-		if len(tree) >= 4 || time.Now().After(deadline) {
+		orphan = false
+		for _, p := range tree {
+			orphan = orphan || p.ppid == pid() && p.sid == p.pid
+		}
+		// sh, its two sleeps, and the orphan (re-parented to this process,
+		// and in its own session: setsid may run after the re-parenting)
+		if len(tree) >= 4 && orphan || time.Now().After(deadline) {
 			break
 		}
 	}
 	got := map[int]bool{}
-	orphan := false
 	for _, p := range tree {
 		got[p.pid] = true
-		orphan = orphan || p.ppid == pid() && p.sid == p.pid
 	}
 	want := descendantsByProc(t)
 	if len(got) != len(want) || !orphan {
