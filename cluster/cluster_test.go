@@ -517,11 +517,16 @@ func TestClusterResidency(t *testing.T) {
 	// While the restarted NATS server's streams settle, the registry may
 	// take no heartbeat for longer than an entry lives: every node then
 	// answers 503 (its view is stale), never the 409 of an empty view.
+	var unavailable error
 	for {
 		_, err = nodes[0].client("sam").Submit(ctx, command(), 0)
 		if !errors.As(err, &ce) || ce.Status != 503 || ctx.Err() != nil {
 			break
 		}
+		if unavailable == nil || unavailable.Error() != err.Error() {
+			t.Logf("%6.1fs %v", time.Since(began).Seconds(), err)
+		}
+		unavailable = err
 		time.Sleep(100 * time.Millisecond)
 	}
 	want := "residency-unmet: no live node in the allowed regions [us-east] (live regions: [eu-west]); refused, not placed elsewhere"

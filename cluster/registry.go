@@ -59,27 +59,29 @@ func (r *registry) close() {
 // watch keeps kv's entries in the view until the registry closes; it
 // returns once the watcher has its initial values, or when ctx ends.
 func (r *registry) watch(ctx context.Context, kv jetstream.KeyValue) error {
-	w, err := kv.WatchAll(r.ctx)
+	wctx, cancel := context.WithCancel(r.ctx)
+	w, err := kv.WatchAll(wctx)
 	if err != nil {
+		cancel()
 		return fmt.Errorf("cluster: watch registry: %w", err)
 	}
 	ready := make(chan struct{})
 	r.wg.Go(func() {
-		defer w.Stop()
+		defer cancel()
 		once := sync.OnceFunc(func() { close(ready) })
 		defer once()
-		for e := range w.Updates() {
-			if e == nil { // the initial values are in
-				once()
-				continue
+		for {
+			r.follow(wctx, w, once)
+			w.Stop()
+			if w = r.rewatch(wctx, kv); w == nil {
+				return
 			}
-			r.apply(e, r.log)
 		}
 	})
 	select {
 	case <-ready:
 	case <-ctx.Done():
-		w.Stop()
+		cancel() // the goroutine stops its watcher and makes no other
 		return ctx.Err()
 	}
 	r.wg.Go(func() {
@@ -90,10 +92,53 @@ func (r *registry) watch(ctx context.Context, kv jetstream.KeyValue) error {
 			case <-r.ctx.Done():
 				return
 			case <-t.C:
-				r.poll(r.ctx, kv, r.ttl, r.log)
+				r.poll(r.ctx, kv, 2*r.ttl, r.log) // a loaded NATS may take longer than a beat
 			}
 		}
 	})
+	return nil
+}
+
+// follow applies w's updates until the registry closes, w ends, or w is
+// silent for two ttls: every live node's entry is renewed each heartbeat,
+// so a silent watcher has lost its consumer (a NATS server restarted
+// under it) or its bucket has no live node; either way a new one re-reads
+// every entry. ready is called once the initial values are in.
+func (r *registry) follow(ctx context.Context, w jetstream.KeyWatcher, ready func()) {
+	quiet := time.NewTimer(2 * r.ttl)
+	defer quiet.Stop()
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil { // the initial values are in
+				ready()
+				continue
+			}
+			r.apply(e, r.log)
+			quiet.Reset(2 * r.ttl)
+		case <-quiet.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// rewatch makes a new watcher of kv, retrying every ttl/3; nil once ctx
+// ends.
+func (r *registry) rewatch(ctx context.Context, kv jetstream.KeyValue) jetstream.KeyWatcher {
+	for ctx.Err() == nil {
+		if w, err := kv.WatchAll(ctx); err == nil {
+			return w
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(max(r.ttl/3, 10*time.Millisecond)):
+		}
+	}
 	return nil
 }
 
