@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/wovyr/wovyr/backend/native"
 	"github.com/wovyr/wovyr/client"
 	"github.com/wovyr/wovyr/cluster"
@@ -74,6 +77,21 @@ func (n *testNode) startNATS(t testing.TB) {
 		t.Fatal(err)
 	}
 	n.nats = ns
+}
+
+// jetStreamAt is a JetStream client of the NATS at url, closed with the test.
+func jetStreamAt(t testing.TB, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 func (n *testNode) client(tenant string) *client.Client {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wovyr/wovyr/client"
@@ -27,15 +26,7 @@ func TestRegionQueuesStayInRegion(t *testing.T) {
 	nodes := startCluster(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc, err := nats.Connect(nodes[0].nats.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamAt(t, nodes[0].nats.ClientURL())
 	for region, servers := range map[string][]string{"us-east": {"us-1"}, "eu-west": {"eu-1", "eu-2"}} {
 		st, err := js.Stream(ctx, "WOVYR_WORK_"+region)
 		if err != nil {

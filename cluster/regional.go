@@ -153,16 +153,5 @@ func (n *Node) discoverRegions(ctx context.Context) {
 
 // keepDiscovering runs discoverRegions every second until ctx ends.
 func (n *Node) keepDiscovering(ctx context.Context) {
-	n.reg.wg.Go(func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				n.discoverRegions(ctx)
-			}
-		}
-	})
+	n.reg.wg.Go(func() { every(ctx, time.Second, func() { n.discoverRegions(ctx) }) })
 }

@@ -84,19 +84,22 @@ func (r *registry) watch(ctx context.Context, kv jetstream.KeyValue) error {
 		cancel() // the goroutine stops its watcher and makes no other
 		return ctx.Err()
 	}
-	r.wg.Go(func() {
-		t := time.NewTicker(max(r.ttl/3, 10*time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-r.ctx.Done():
-				return
-			case <-t.C:
-				r.poll(r.ctx, kv, 2*r.ttl, r.log) // a loaded NATS may take longer than a beat
-			}
-		}
-	})
+	r.wg.Go(func() { every(r.ctx, max(r.ttl/3, 10*time.Millisecond), func() { r.poll(kv) }) })
 	return nil
+}
+
+// every calls fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
 }
 
 // follow applies w's updates until the registry closes, w ends, or w is
@@ -117,7 +120,7 @@ func (r *registry) follow(ctx context.Context, w jetstream.KeyWatcher, ready fun
 				ready()
 				continue
 			}
-			r.apply(e, r.log)
+			r.apply(e)
 			quiet.Reset(2 * r.ttl)
 		case <-quiet.C:
 			return
@@ -142,9 +145,10 @@ func (r *registry) rewatch(ctx context.Context, kv jetstream.KeyValue) jetstream
 	return nil
 }
 
-// poll re-reads every entry, bounded by ttl.
-func (r *registry) poll(ctx context.Context, kv jetstream.KeyValue, ttl time.Duration, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(ctx, ttl)
+// poll re-reads every entry, bounded by two ttls (a loaded NATS may take
+// longer than a beat).
+func (r *registry) poll(kv jetstream.KeyValue) {
+	ctx, cancel := context.WithTimeout(r.ctx, 2*r.ttl)
 	defer cancel()
 	keys, err := kv.Keys(ctx)
 	if err != nil {
@@ -152,12 +156,12 @@ func (r *registry) poll(ctx context.Context, kv jetstream.KeyValue, ttl time.Dur
 	}
 	for _, k := range keys {
 		if e, err := kv.Get(ctx, k); err == nil {
-			r.apply(e, log)
+			r.apply(e)
 		}
 	}
 }
 
-func (r *registry) apply(e jetstream.KeyValueEntry, log *slog.Logger) {
+func (r *registry) apply(e jetstream.KeyValueEntry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e.Operation() != jetstream.KeyValuePut {
@@ -169,7 +173,7 @@ func (r *registry) apply(e jetstream.KeyValueEntry, log *slog.Logger) {
 	}
 	var in Info
 	if err := json.Unmarshal(e.Value(), &in); err != nil {
-		log.Warn("cluster registry: unreadable entry", "key", e.Key(), "error", err)
+		r.log.Warn("cluster registry: unreadable entry", "key", e.Key(), "error", err)
 		return
 	}
 	// The bucket's time, not the writer's clock, says how fresh it is.

@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/wovyr/wovyr/cluster"
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -49,15 +46,7 @@ func TestStaleRegistryIsUnavailable(t *testing.T) {
 		t.Fatalf("with its heartbeats landing: %v", err)
 	}
 
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamAt(t, ns.ClientURL())
 	if err := js.DeleteKeyValue(ctx, "wovyr-nodes-r1"); err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/wovyr/wovyr/client"
 	"github.com/wovyr/wovyr/cluster"
 	"github.com/wovyr/wovyr/sandbox"
@@ -113,15 +110,7 @@ func TestSuperclusterResidency(t *testing.T) {
 	}
 
 	// Each region's queue and specs are on that region's NATS cluster.
-	nc, err := nats.Connect(nodes[0].nats.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamAt(t, nodes[0].nats.ClientURL())
 	where := map[string]string{}
 	for _, region := range []string{"eu-west", "us-east"} {
 		for _, name := range []string{"WOVYR_WORK_", "KV_WOVYR_SPECS_", "KV_wovyr-nodes-", "KV_wovyr-placements-"} {
@@ -148,7 +137,7 @@ func TestSuperclusterResidency(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	var ce *client.Error
-	_, err = nodes[1].client("sam").Submit(ctx, command(), 0)
+	_, err := nodes[1].client("sam").Submit(ctx, command(), 0)
 	want := "residency-unmet: no live node in the allowed regions [us-east] (live regions: [eu-west]); refused, not placed elsewhere"
 	if !errors.As(err, &ce) || ce.Status != 409 || ce.Message != want {
 		t.Fatalf("us-east gone: got %v, want 409 %s", err, want)
