@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 	"syscall"
 	"testing"
 
@@ -133,9 +134,22 @@ func (k *Kernel) apply(driver, op, bdf string) {
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
+// stop tells each fifo's reader to end. A blocking open for writing would
+// wait forever for a reader that has gone, so the open does not block; a
+// reader between two reads gets a second's worth of retries.
 func (k *Kernel) stop() {
 	for _, p := range k.fifos {
-		os.WriteFile(p, []byte("stop"), 0)
+		for deadline := time.Now().Add(time.Second); ; time.Sleep(5 * time.Millisecond) {
+			f, err := os.OpenFile(p, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+			if err == nil {
+				f.Write([]byte("stop"))
+				f.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				break
+			}
+		}
 	}
 	k.wg.Wait()
 }
