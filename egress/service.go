@@ -108,6 +108,10 @@ func NewService(ctx context.Context, cfg Config, log *slog.Logger) (*Service, er
 // empty: the current one). The battery's positive controls join it.
 func (s *Service) HostNetns() string { return s.cfg.HostNetns }
 
+// ProxyPort is the explicit proxy's port on every slot's gateway, as a
+// sandbox in a slot reaches it (Slot.ProxyAddr).
+func (s *Service) ProxyPort() uint16 { return s.ports.proxyVisible }
+
 // Check reports whether this node can enforce p (see Config.Check).
 func (s *Service) Check(p netpolicy.Policy) error { return s.cfg.Check(p) }
 

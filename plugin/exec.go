@@ -7,10 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/store"
 )
 
 // Exit codes of ExecMain.
@@ -39,13 +42,19 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	wall := fs.Duration("wall", 0, "the call's deadline (0: the host default)")
 	compiled := fs.Bool("compiled", false, "COMPONENT is the host's compiled component (trusted as machine code), not a component")
 	engineMemory := fs.Uint64("engine-memory", 0, "with -compiled: the compiling engine's largest linear memory, which shapes its code")
+	kvPath := fs.String("kv", "", "the tenant's key-value data (JSON, from the host); grants wovyr:host/kv its copy")
+	kvQuota := fs.Int64("kv-quota", 0, "with -kv: the tenant's key-value quota in bytes")
+	proxyPort := fs.Uint("proxy-port", 0, "the egress slot's explicit proxy port on the gateway /etc/resolv.conf names (0: no network)")
+	rootsPath := fs.String("fetch-roots", "", "PEM roots for wovyr:host/http over https (default: the system's)")
+	maxBody := fs.Int64("fetch-max-body", 0, "wovyr:host/http's body cap each way (0: the host default)")
 	var grants []string
 	fs.Func("grant", "an interface the component may import (repeatable)", func(v string) error {
 		grants = append(grants, v)
 		return nil
 	})
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: wovyr component-exec -func NAME [-grant IFACE]... [-fuel N] [-memory BYTES] [-wall D] [-compiled -engine-memory BYTES] COMPONENT < ARGS_JSON")
+		fmt.Fprintln(stderr, "usage: wovyr component-exec -func NAME [-grant IFACE]... [-fuel N] [-memory BYTES] [-wall D] [-compiled -engine-memory BYTES]\n"+
+			"       [-kv FILE -kv-quota BYTES] [-proxy-port N] [-fetch-roots PEM] [-fetch-max-body BYTES] COMPONENT < ARGS_JSON")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil || fs.NArg() != 1 || *fn == "" {
@@ -72,7 +81,26 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return fail(execInternal, err)
 	}
 	lim := Limits{Fuel: *fuel, Memory: *memory, WallMS: wall.Milliseconds()}
-	h, err := NewHost(Config{Floors: floors, Limits: lim, Slots: 2, MaxIdle: 1, EpochTick: time.Millisecond, engineMemory: *engineMemory, oneShot: true})
+	cfg := Config{Floors: floors, Limits: lim, Slots: 2, MaxIdle: 1, EpochTick: time.Millisecond, engineMemory: *engineMemory, oneShot: true,
+		KVQuota: *kvQuota, FetchMaxBody: *maxBody, sandboxNet: &sandboxNet{}}
+	var kv *snapshotKV
+	if *kvPath != "" {
+		if kv, err = readSnapshot(*kvPath); err != nil {
+			return fail(execRefused, err)
+		}
+		cfg.KV = kv
+	}
+	if *rootsPath != "" {
+		if cfg.FetchRoots, err = os.ReadFile(*rootsPath); err != nil {
+			return fail(execRefused, err)
+		}
+	}
+	if *proxyPort != 0 {
+		if cfg.sandboxNet.proxy, err = slotProxy(resolvConf, uint16(*proxyPort)); err != nil {
+			return fail(execInternal, err)
+		}
+	}
+	h, err := NewHost(cfg)
 	if err != nil {
 		return fail(execInternal, err)
 	}
@@ -99,8 +127,52 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	case err != nil:
 		return fail(execInternal, err)
 	}
-	if err := json.NewEncoder(stdout).Encode(r); err != nil {
+	ans := runnerAnswer{Result: *r}
+	if kv != nil {
+		ans.KVWrites = kv.writes()
+	}
+	if err := json.NewEncoder(stdout).Encode(ans); err != nil {
 		return fail(execInternal, err)
 	}
 	return execOK
+}
+
+// sandboxNet is the runner's network: its sandbox sits in the call's
+// egress slot, whose explicit proxy is at proxy; "" means none (the call's
+// policy is deny-all).
+type sandboxNet struct{ proxy string }
+
+// resolvConf names the slot's stub, on the gateway that also holds its
+// proxy (egress.Slot.ResolvConf): the backend binds it into every sandbox
+// in a slot.
+const resolvConf = "/etc/resolv.conf"
+
+// slotProxy is the slot's explicit proxy: port on the gateway that the
+// resolver file at path names.
+func slotProxy(path string, port uint16) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("the egress slot's gateway: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "nameserver" {
+			if ip, err := netip.ParseAddr(f[1]); err == nil {
+				return netip.AddrPortFrom(ip, port).String(), nil
+			}
+		}
+	}
+	return "", fmt.Errorf("the egress slot's gateway: %s names no nameserver", path)
+}
+
+// readSnapshot reads the tenant's key-value data the host shipped.
+func readSnapshot(path string) (*snapshotKV, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("key-value data: %w", err)
+	}
+	var entries []store.KVEntry
+	if err := json.Unmarshal(b, &entries); err != nil {
+		return nil, fmt.Errorf("key-value data: %w", err)
+	}
+	return newSnapshotKV(entries), nil
 }

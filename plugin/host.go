@@ -21,7 +21,6 @@ import (
 	"github.com/wovyr/wovyr/internal/artifact"
 	"github.com/wovyr/wovyr/internal/wasmcapi"
 	"github.com/wovyr/wovyr/sandbox"
-	"github.com/wovyr/wovyr/store"
 )
 
 // Config configures a Host. The zero value is usable: every zero field is
@@ -55,9 +54,10 @@ type Config struct {
 	// Log receives warnings (a discarded artifact) and plugins' own
 	// wovyr:host/log entries. Nil discards them.
 	Log *slog.Logger
-	// KV holds plugins' wovyr:host/kv data. Nil means the capability is
-	// not offered: a component importing it is refused at load.
-	KV *store.Store
+	// KV holds plugins' wovyr:host/kv data (a *store.Store). Nil means
+	// the capability is not offered: a component importing it is refused
+	// at load.
+	KV KVStore
 	// KVQuota caps the bytes (keys plus values) each tenant keeps in each
 	// plugin's store. Zero means 1 MiB.
 	KVQuota int64
@@ -65,9 +65,11 @@ type Config struct {
 	// requests go under each call's network policy. Nil means the
 	// capability is not offered.
 	Egress *egress.Service
-	// FetchRoots verifies the servers wovyr:host/http reaches over https.
-	// Nil means the system's roots.
-	FetchRoots *x509.CertPool
+	// FetchRoots are the PEM certificates that verify the servers
+	// wovyr:host/http reaches over https, in-process and in the runner
+	// (which gets them as a file). Nil means the system's roots (the
+	// sandbox image's, for the runner).
+	FetchRoots []byte
 	// FetchMaxBody caps a wovyr:host/http body each way. Zero means 1 MiB.
 	FetchMaxBody int64
 	// Isolated runs the calls of plugins whose trust class's floor is
@@ -89,6 +91,10 @@ type Config struct {
 	// instead of Limits.Memory: the runner's, to load what a host with
 	// that engine compiled (exec.go).
 	engineMemory uint64
+	// sandboxNet is the runner's wovyr:host/http (exec.go): its sandbox
+	// sits in the call's egress slot, and requests go to the slot's
+	// explicit proxy.
+	sandboxNet *sandboxNet
 }
 
 // Host loads component plugins and calls their functions in-process. It is
@@ -117,6 +123,7 @@ type Host struct {
 	mu        sync.Mutex
 	plugins   map[string]*Plugin
 	idleSlots []*egress.Slot // wiped egress slots for the next call that fetches
+	roots     *x509.CertPool // FetchRoots, parsed
 	closed    bool
 }
 
@@ -163,6 +170,12 @@ func NewHost(cfg Config) (*Host, error) {
 	_, _ = rand.Read(id[:])
 	h := &Host{cfg: cfg, engine: e, plugins: map[string]*Plugin{}, idPrefix: "pc-" + hex.EncodeToString(id[:]) + "-",
 		closing: make(chan struct{})}
+	if cfg.FetchRoots != nil {
+		if h.roots = x509.NewCertPool(); !h.roots.AppendCertsFromPEM(cfg.FetchRoots) {
+			h.closeEngine()
+			return nil, errors.New("plugin: FetchRoots holds no PEM certificate")
+		}
+	}
 	if h.bare, err = e.NewLinker(false); err == nil {
 		h.wasi, err = e.NewLinker(true)
 	}
@@ -206,7 +219,11 @@ func (h *Host) Load(m *Manifest, wasm []byte) (*Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	comp, quick, err := h.compile(m.Component, wasm)
+	// An isolated plugin's quick code would not serve calls at once: a
+	// large component's is too large to ship (104 MB for a 12 MB
+	// JavaScript one, against 60 MB optimized), so each call would compile
+	// in its sandbox (12 s in gVisor) until the tier-up.
+	comp, quick, err := h.compile(m.Component, wasm, !isolated)
 	if err != nil {
 		return nil, err
 	}
@@ -238,11 +255,7 @@ func (h *Host) plugin(m *Manifest, lim Limits, comp *wasmcapi.Component, code *i
 		comp.Close()
 		return nil, err
 	}
-	check := h.checkHostCaps
-	if isolated {
-		check = isolatedImports
-	}
-	if err := check(comp.Imports()); err != nil {
+	if err := h.checkHostCaps(comp.Imports()); err != nil {
 		comp.Close()
 		return nil, err
 	}
@@ -306,9 +319,9 @@ func (h *Host) install(p *Plugin) (*Info, error) {
 }
 
 // compile loads the component's sealed artifact from Dir, or compiles it:
-// quickly (tier.go) for a large component, which then says quick, and
-// otherwise fully, sealing the result in Dir.
-func (h *Host) compile(digest string, wasm []byte) (c *wasmcapi.Component, quick bool, err error) {
+// quickly (tier.go) for a large component where quickOK, which then says
+// quick, and otherwise fully, sealing the result in Dir.
+func (h *Host) compile(digest string, wasm []byte, quickOK bool) (c *wasmcapi.Component, quick bool, err error) {
 	key, path := h.artifact(digest)
 	if path != "" {
 		c, err := h.loadSealed(path, key)
@@ -322,7 +335,7 @@ func (h *Host) compile(digest string, wasm []byte) (c *wasmcapi.Component, quick
 		}
 		_ = os.Remove(path)
 	}
-	if len(wasm) >= quickAbove {
+	if quickOK && len(wasm) >= quickAbove {
 		if c, err = h.compileQuick(wasm); err == nil || sandbox.ClassOf(err) == sandbox.BadInput {
 			return c, err == nil, err
 		}

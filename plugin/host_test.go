@@ -8,8 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wovyr/wovyr/sandbox"
 )
@@ -49,6 +51,20 @@ func signed(name string, wasm []byte, caps ...string) *Manifest {
 	m := &Manifest{Name: name, Component: Digest(wasm), Trust: sandbox.Internal, Capabilities: caps}
 	Sign(m, "ops", opsKey)
 	return m
+}
+
+// awaitOptimized waits, two minutes at most, for plugin name's optimized
+// code (tier.go) to be swapped in.
+func awaitOptimized(t testing.TB, h *Host, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if i := slices.IndexFunc(h.List(), func(in Info) bool { return in.Name == name }); i >= 0 && h.List()[i].Code == "optimized" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("plugin %s's optimized code never came in", name)
+		}
+	}
 }
 
 func call(t testing.TB, h *Host, tenant, name, fn, args string) *Result {

@@ -29,7 +29,7 @@ func (h *Host) missing(iface string) string {
 	switch {
 	case iface == hostKV && h.cfg.KV == nil:
 		return "this node has no store for plugin key-value data"
-	case iface == hostHTTP && h.cfg.Egress == nil:
+	case iface == hostHTTP && h.cfg.Egress == nil && h.cfg.sandboxNet == nil:
 		return "this node has no egress service (outgoing HTTP needs one to hold the call's network policy)"
 	}
 	return ""

@@ -48,7 +48,9 @@ var errProxyDenied = errors.New("denied by the egress proxy")
 // slot's explicit proxy. The proxy decides each request exactly as it does
 // for a sandbox in that slot (the name and port against the policy, the
 // address against what its stub resolved), so a plugin's HTTP gets no path
-// around egress that a workload lacks.
+// around egress that a workload lacks. In the plugin runner (exec.go) the
+// sandbox itself sits in the call's slot: the client speaks to the slot's
+// proxy from there, and slot is nil.
 type callNet struct {
 	slot *egress.Slot
 	tr   *http.Transport
@@ -56,6 +58,10 @@ type callNet struct {
 }
 
 func (h *Host) openNet(ctx context.Context, st *callState) (*callNet, error) {
+	if h.cfg.sandboxNet != nil {
+		tr, c := h.fetchClient(h.cfg.sandboxNet.proxy, (&net.Dialer{}).DialContext)
+		return &callNet{tr: tr, c: c}, nil
+	}
 	h.mu.Lock()
 	var slot *egress.Slot
 	if n := len(h.idleSlots); n > 0 {
@@ -73,33 +79,42 @@ func (h *Host) openNet(ctx context.Context, st *callState) (*callNet, error) {
 		return nil, errors.Join(err, slot.Close(context.WithoutCancel(ctx)))
 	}
 	ns := slot.NetnsPath()
+	tr, c := h.fetchClient(slot.ProxyAddr().String(), func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		err := netns.Do(ns, func() (err error) {
+			c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
+	})
+	return &callNet{slot: slot, tr: tr, c: c}, nil
+}
+
+// fetchClient is a client whose every request goes to the egress proxy at
+// proxy (host:port), over connections dial makes.
+func (h *Host) fetchClient(proxy string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (*http.Transport, *http.Client) {
 	tr := &http.Transport{
-		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: slot.ProxyAddr().String()}),
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var c net.Conn
-			err := netns.Do(ns, func() (err error) {
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
-		},
+		Proxy:       http.ProxyURL(&url.URL{Scheme: "http", Host: proxy}),
+		DialContext: dial,
 		OnProxyConnectResponse: func(_ context.Context, _ *url.URL, _ *http.Request, res *http.Response) error {
 			if res.StatusCode != http.StatusOK && res.Header.Get(egress.DeniedHeader) != "" {
 				return errProxyDenied
 			}
 			return nil
 		},
-		TLSClientConfig:        &tls.Config{RootCAs: h.cfg.FetchRoots},
+		TLSClientConfig:        &tls.Config{RootCAs: h.roots},
 		MaxResponseHeaderBytes: 64 << 10,
 		DisableCompression:     true,
 	}
-	c := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return &callNet{slot: slot, tr: tr, c: c}, nil
+	return tr, &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
 // releaseNet wipes the call's slot for the next call, keeping a few.
 func (h *Host) releaseNet(n *callNet) {
 	n.tr.CloseIdleConnections()
+	if n.slot == nil { // the runner's: its sandbox holds the slot
+		return
+	}
 	ctx := context.Background()
 	if err := n.slot.Release(ctx); err != nil {
 		h.cfg.Log.Warn("plugin: egress slot release", "err", err)
@@ -134,6 +149,11 @@ func (h *Host) fetch(ctx context.Context, args []wasmcapi.Val) (*wasmcapi.Val, e
 	req, bad := h.fetchRequest(ctx, args[0])
 	if bad != "" {
 		return errMsg("invalid", bad), nil
+	}
+	if sn := h.cfg.sandboxNet; sn != nil && sn.proxy == "" {
+		// The runner's sandbox has no network: the call's policy is
+		// deny-all, which the proxy would have answered so.
+		return errMsg("denied", "the call's network policy does not allow "+req.URL.Host), nil
 	}
 	if st.net == nil {
 		n, err := h.openNet(ctx, st)

@@ -42,7 +42,7 @@ func TestFetchThroughEgress(t *testing.T) {
 		!strings.Contains(err.Error(), "this node has no egress service") {
 		t.Fatalf("load without egress: %v", err)
 	}
-	h := newHost(t, Config{Dir: dir, Egress: svc, FetchRoots: rig.CA, FetchMaxBody: 64 << 10})
+	h := newHost(t, Config{Dir: dir, Egress: svc, FetchRoots: rig.CAPEM, FetchMaxBody: 64 << 10})
 	if _, err := h.Load(m, wasm); err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,21 @@ const (
 	maxKVKeys      = 1000    // keys one keys() returns
 )
 
+// KVStore holds plugins' key-value data, per plugin and tenant: the
+// node's store (*store.Store), or inside the plugin runner the copy its
+// host shipped (isolated_kv.go). KVSet and KVApply refuse, with
+// store.ErrKVQuota, writes that would take the tenant's keys and values
+// past quota; KVDump and KVApply carry an out-of-process call's data in
+// and its writes back.
+type KVStore interface {
+	KVGet(plugin, tenant, key string) (value []byte, ok bool, err error)
+	KVSet(plugin, tenant, key string, value []byte, quota int64) error
+	KVDelete(plugin, tenant, key string) (bool, error)
+	KVKeys(plugin, tenant, prefix string, limit int) (keys []string, more bool, err error)
+	KVDump(plugin, tenant string) ([]store.KVEntry, error)
+	KVApply(plugin, tenant string, ws []store.KVEntry, quota int64) error
+}
+
 // kvCall is the common part of the kv functions: the call's state and its
 // key, or the error to return to the guest (never a trap: a bad key is the
 // guest's to handle).
@@ -68,10 +83,7 @@ func (h *Host) kvSet(ctx context.Context, args []wasmcapi.Val) (*wasmcapi.Val, e
 	if n := len(args[1].Str); n > maxKVValue {
 		return errMsg("invalid", fmt.Sprintf("a value is at most %d bytes, this one %d", maxKVValue, n)), nil
 	}
-	quota := h.cfg.KVQuota
-	if quota <= 0 {
-		quota = defaultKVQuota
-	}
+	quota := h.kvQuota()
 	err = h.cfg.KV.KVSet(st.plugin, st.tenant, args[0].Str, []byte(args[1].Str), quota)
 	switch {
 	case errors.Is(err, store.ErrKVQuota):
@@ -108,4 +120,12 @@ func (h *Host) kvKeys(ctx context.Context, args []wasmcapi.Val) (*wasmcapi.Val, 
 		l.Elems[i] = str(k)
 	}
 	return okVal(&l), nil
+}
+
+// kvQuota is the bytes each tenant keeps in each plugin's store.
+func (h *Host) kvQuota() int64 {
+	if h.cfg.KVQuota > 0 {
+		return h.cfg.KVQuota
+	}
+	return defaultKVQuota
 }

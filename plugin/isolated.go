@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/wovyr/wovyr/internal/wasmcapi"
+	"github.com/wovyr/wovyr/netpolicy"
 	"github.com/wovyr/wovyr/sandbox"
+	"github.com/wovyr/wovyr/store"
 )
 
 // Plugins whose trust class's floor is above wasm (untrusted, by default)
@@ -26,6 +28,16 @@ import (
 // it, and whatever it does, it does inside the sandbox, which is the
 // boundary for this trust class. The runner's engine is made with the
 // host's code-shaping settings (-engine-memory), so the code fits it.
+//
+// The runner gets the host capabilities its grants name, each without a
+// way around the boundary: log's entries come back in its answer; kv reads
+// a copy of the tenant's data shipped with the call, and its writes come
+// back to be checked and applied (isolated_kv.go); http goes from the
+// sandbox, which the manager places in an egress slot bound to the call's
+// network policy, to that slot's explicit proxy, which decides each
+// request exactly as it does for the in-process host's slot (a deny-all
+// call gets a sandbox without a network, and the runner answers every
+// request denied).
 
 // Runner runs one invocation at its policy's floor; *manager.Manager is
 // one.
@@ -68,24 +80,23 @@ func shipped(comp *wasmcapi.Component, wasm []byte) (*isolatedCode, error) {
 // memory: Wasmtime, the compile.
 const isolatedMemory = 512 << 20
 
-// isolatedImports says why a plugin run out of process cannot have one of
-// its imports, or "". WASI is the runner's own; of wovyr:host it gets log
-// (its entries come back in the result): kv and http would need the
-// daemon's store and egress inside the sandbox.
-func isolatedImports(imports []string) error {
-	for _, imp := range imports {
-		iface, _ := splitVersion(imp)
-		if grantableHost[iface] && iface != hostLog {
-			return sandbox.Errorf(sandbox.Unenforceable, "manifest.capabilities",
-				"the component imports %s, which a plugin of a trust class above wasm (run out of process) does not get", imp)
-		}
-	}
-	return nil
+// runnerAnswer is the runner's stdout: the call's Result and, for a
+// plugin granted kv, the keys the call changed (isolated_kv.go).
+type runnerAnswer struct {
+	Result
+	KVWrites []store.KVEntry `json:"kv_writes,omitempty"`
 }
 
+// Files of the runner's workspace besides the component.
+const (
+	componentFile = "component.wasm"
+	rootsFile     = "roots.pem" // Config.FetchRoots
+)
+
 // callIsolated runs fn with args (already checked against its type) in
-// the runner, and believes of its answer only a value of fn's result type.
-func (p *Plugin) callIsolated(ctx context.Context, tenant string, f *wasmcapi.Export, args json.RawMessage) (*Result, error) {
+// the runner, and believes of its answer only a value of fn's result type
+// and key-value writes that a guest could have made.
+func (p *Plugin) callIsolated(ctx context.Context, tenant string, f *wasmcapi.Export, args json.RawMessage, opts CallOptions) (*Result, error) {
 	h := p.host
 	argv := append([]string(nil), h.cfg.IsolatedArgv...)
 	argv = append(argv, "-func", f.Name, "-fuel", strconv.FormatUint(p.limits.Fuel, 10),
@@ -96,14 +107,45 @@ func (p *Plugin) callIsolated(ctx context.Context, tenant string, f *wasmcapi.Ex
 	for _, g := range p.manifest.Capabilities {
 		argv = append(argv, "-grant", g)
 	}
+	files := []sandbox.File{{Path: componentFile, Data: p.isolated.file, Mode: 0o444}}
+	output := int64(4 << 20)
+	var network netpolicy.Policy
+	if p.imports(hostKV) {
+		snap, err := p.kvSnapshot(tenant)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, sandbox.File{Path: kvFile, Data: snap, Mode: 0o444})
+		quota := h.kvQuota()
+		argv = append(argv, "-kv", kvFile, "-kv-quota", strconv.FormatInt(quota, 10))
+		output += 2 * (int64(len(snap)) + quota) // the writes, in base64
+	}
+	if p.imports(hostHTTP) {
+		argv = append(argv, "-fetch-max-body", strconv.FormatInt(h.maxBody(), 10))
+		if h.cfg.FetchRoots != nil {
+			files = append(files, sandbox.File{Path: rootsFile, Data: h.cfg.FetchRoots, Mode: 0o444})
+			argv = append(argv, "-fetch-roots", rootsFile)
+		}
+		if !opts.Network.DenyAll() { // the sandbox gets a slot bound to it
+			network = opts.Network
+			argv = append(argv, "-proxy-port", strconv.Itoa(int(h.cfg.Egress.ProxyPort())))
+		}
+	}
+	var size int64
+	for _, f := range files {
+		size += int64(len(f.Data))
+	}
+	if size > sandbox.MaxFileBytes {
+		return nil, sandbox.Errorf(sandbox.Unenforceable, "", "plugin %s's code and the tenant's key-value data (%d bytes together) do not fit in a sandbox's files (%d)",
+			p.manifest.Name, size, sandbox.MaxFileBytes)
+	}
 	argv = append(argv, componentFile)
 	inv := &sandbox.Invocation{
-		Tenant: tenant,
-		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: argv, Stdin: args,
-			Files: []sandbox.File{{Path: componentFile, Data: p.isolated.file, Mode: 0o444}}},
-		Limits: sandbox.Limits{Wall: p.limits.wall() + isolatedGrace, Memory: p.limits.Memory + isolatedMemory, Output: 4 << 20,
-			Disk: max(sandbox.DefaultDisk, int64(len(p.isolated.file))+16<<20)},
-		Policy: sandbox.Policy{Trust: p.manifest.Trust},
+		Tenant:   tenant,
+		Workload: sandbox.Workload{Kind: sandbox.KindCommand, Argv: argv, Stdin: args, Files: files},
+		Limits: sandbox.Limits{Wall: p.limits.wall() + isolatedGrace, Memory: p.limits.Memory + isolatedMemory, Output: output,
+			Disk: max(sandbox.DefaultDisk, size+16<<20)},
+		Policy: sandbox.Policy{Trust: p.manifest.Trust, Network: network},
 	}
 	res, err := h.cfg.Isolated.Run(ctx, inv)
 	if err != nil {
@@ -113,32 +155,42 @@ func (p *Plugin) callIsolated(ctx context.Context, tenant string, f *wasmcapi.Ex
 		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "the plugin runner on %s ended %s (exit %d): %s",
 			res.Backend, res.Class, res.ExitCode, oneLine(string(res.Stderr)))
 	}
-	var out Result
-	if err := json.Unmarshal(res.Stdout, &out); err != nil {
+	var ans runnerAnswer
+	if err := json.Unmarshal(res.Stdout, &ans); err != nil {
 		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "the plugin runner's answer is not a result: %v", err)
 	}
+	out := ans.Result
 	out.Fresh, out.Invocation = true, res.ID
 	if out.End != "ok" || f.Type.Result == nil {
 		out.Value = json.RawMessage("null")
-		return &out, nil
+	} else if out.Value, err = resultValue(f, out.Value); err != nil {
+		return nil, err
 	}
-	// The answer was written inside the sandbox: only a value of the
-	// result's type, rewritten in its canonical form, gets out.
-	x, err := decodeOne(out.Value)
+	if len(ans.KVWrites) > 0 && !p.imports(hostKV) {
+		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "the plugin runner answered key-value writes for a plugin without %s", hostKV)
+	}
+	if err := p.applyKV(tenant, ans.KVWrites); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// resultValue is the runner's value of f's result, which was written
+// inside the sandbox: only a value of the result's type, rewritten in its
+// canonical form, gets out.
+func resultValue(f *wasmcapi.Export, raw json.RawMessage) (json.RawMessage, error) {
+	x, err := decodeOne(raw)
 	if err == nil {
 		var v wasmcapi.Val
 		if v, err = fromJSON(f.Type.Result, x, "value"); err == nil {
-			out.Value, err = Value(f.Type.Result, &v)
+			raw, err = Value(f.Type.Result, &v)
 		}
 	}
 	if err != nil {
 		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "the plugin runner's value is not a %s: %v", f.Type.Result, err)
 	}
-	return &out, nil
+	return raw, nil
 }
-
-// componentFile is the component's name in the runner's workspace.
-const componentFile = "component.wasm"
 
 func oneLine(s string) string {
 	if len(s) > 4096 {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/wovyr/wovyr/plugin/plugintest"
 	"github.com/wovyr/wovyr/sandbox"
@@ -75,11 +74,7 @@ func TestJSComponent(t *testing.T) {
 	}
 	// Meanwhile the optimized code compiled: it is sealed, and swapped in
 	// once the plugin is idle.
-	for deadline := time.Now().Add(2 * time.Minute); h.List()[0].Code != "optimized"; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the optimized code never came in")
-		}
-	}
+	awaitOptimized(t, h, "jsdemo")
 	if q, f := h.quickCompiles.Load(), h.fullCompiles.Load(); q != 1 || f != 1 {
 		t.Fatalf("compiled %d times quickly and %d fully, want the quick and the optimized compile", q, f)
 	}

@@ -149,10 +149,16 @@ func (p *Plugin) checkNetwork(opts CallOptions) error {
 	if opts.Network.DenyAll() {
 		return nil
 	}
-	if !slices.ContainsFunc(p.comp.Imports(), func(imp string) bool { iface, _ := splitVersion(imp); return iface == hostHTTP }) {
+	if !p.imports(hostHTTP) {
 		return sandbox.Errorf(sandbox.BadInput, "network", "plugin %s does not import %s, so a network policy has nothing to govern", p.manifest.Name, hostHTTP)
 	}
 	return p.host.cfg.Egress.Check(opts.Network)
+}
+
+// imports reports whether p's component imports interface iface (of any
+// version).
+func (p *Plugin) imports(iface string) bool {
+	return slices.ContainsFunc(p.comp.Imports(), func(imp string) bool { i, _ := splitVersion(imp); return i == iface })
 }
 
 // Call calls fn of plugin name for tenant with JSON args. Arguments that
@@ -193,7 +199,7 @@ func (h *Host) Call(ctx context.Context, tenant, name, fn string, args json.RawM
 		if err := refuseIsolatedResources(name, f); err != nil {
 			return nil, err
 		}
-		return p.callIsolated(ctx, tenant, f, args)
+		return p.callIsolated(ctx, tenant, f, args, opts)
 	}
 	p.sweepPinned()
 	var in *wasmcapi.Instance

@@ -17,7 +17,9 @@ import (
 // flight, no resource held for a tenant), it swaps the optimized code in,
 // as an install of the same manifest would. The quick code is never
 // sealed. The runner inside a sandbox (exec.go) makes one call and exits,
-// so it does not compile a second time.
+// so it does not compile a second time. An isolated plugin's first load
+// compiles fully: its calls run in sandboxes from the code the host ships
+// (isolated.go), and a large component's quick code is too large to ship.
 
 // quickAbove is the component size from which a first load compiles
 // quickly: a C component of a few KB compiles in milliseconds anyway.

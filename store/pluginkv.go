@@ -138,6 +138,73 @@ func (s *Store) KVKeys(plugin, tenant, prefix string, limit int) (keys []string,
 	return keys, more, err
 }
 
+// KVEntry is one key of a tenant's data in a plugin's store: its value,
+// or, in a write set (KVApply), Delete.
+type KVEntry struct {
+	Key    string `json:"k"`
+	Value  []byte `json:"v,omitempty"`
+	Delete bool   `json:"d,omitempty"`
+}
+
+// KVDump returns every key and value of tenant's data in plugin's store,
+// in byte order of the keys.
+func (s *Store) KVDump(plugin, tenant string) ([]KVEntry, error) {
+	var out []KVEntry
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b, err := kvBucket(tx, plugin, tenant, false)
+		if b == nil || err != nil {
+			return err
+		}
+		return b.ForEach(func(k, v []byte) error {
+			if !bytes.Equal(k, usageKey) {
+				out = append(out, KVEntry{Key: string(k), Value: bytes.Clone(v)})
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// KVApply writes ws (sets, and deletes where Delete is set) into tenant's
+// data in plugin's store in one transaction: all of them, or, where the
+// bytes in use afterwards would pass quota (ErrKVQuota) or a key is
+// invalid, none. A later entry of the same key wins.
+func (s *Store) KVApply(plugin, tenant string, ws []KVEntry, quota int64) error {
+	for _, w := range ws {
+		if w.Key == "" || w.Key == string(usageKey) {
+			return fmt.Errorf("store: invalid key-value key %q", w.Key)
+		}
+	}
+	if len(ws) == 0 {
+		return nil
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b, err := kvBucket(tx, plugin, tenant, true)
+		if err != nil {
+			return err
+		}
+		used := usage(b)
+		for _, w := range ws {
+			if old := b.Get([]byte(w.Key)); old != nil {
+				used -= int64(len(w.Key) + len(old))
+			}
+			if w.Delete {
+				err = b.Delete([]byte(w.Key))
+			} else {
+				used += int64(len(w.Key) + len(w.Value))
+				err = b.Put([]byte(w.Key), append([]byte{}, w.Value...))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if used > quota {
+			return fmt.Errorf("%w: %d bytes would be in use, over %d", ErrKVQuota, used, quota)
+		}
+		return b.Put(usageKey, binary.BigEndian.AppendUint64(nil, uint64(max(used, 0))))
+	})
+}
+
 // KVUsage returns the bytes tenant uses in plugin's store.
 func (s *Store) KVUsage(plugin, tenant string) (int64, error) {
 	var n int64

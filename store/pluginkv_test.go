@@ -73,3 +73,59 @@ func TestPluginKV(t *testing.T) {
 		t.Fatalf("after removing p: %q", got)
 	}
 }
+
+// TestPluginKVApply: a write set is applied whole or not at all: the
+// quota is judged on the bytes in use after every entry (a delete makes
+// room for a later set), an invalid key or a set passing the quota writes
+// nothing, and the dump returns exactly what is kept, in key order.
+func TestPluginKVApply(t *testing.T) {
+	s, err := Open(t.TempDir(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	dump := func() []KVEntry {
+		t.Helper()
+		d, err := s.KVDump("p", "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if d := dump(); len(d) != 0 {
+		t.Fatalf("empty dump %+v", d)
+	}
+	if err := s.KVApply("p", "alice", []KVEntry{{Key: "b", Value: []byte("22")}, {Key: "a", Value: []byte("1")}, {Key: "e"}}, 10); err != nil {
+		t.Fatal(err)
+	}
+	want := []KVEntry{{Key: "a", Value: []byte("1")}, {Key: "b", Value: []byte("22")}, {Key: "e", Value: []byte{}}}
+	if d := dump(); !reflect.DeepEqual(d, want) {
+		t.Fatalf("dump %+v, want %+v", d, want)
+	}
+	// 6 bytes in use; deleting b (3) makes room for c (1+6=7): 3-3+7 > 10 is refused...
+	if err := s.KVApply("p", "alice", []KVEntry{{Key: "b", Delete: true}, {Key: "c", Value: []byte("xxxxxxx")}}, 10); !errors.Is(err, ErrKVQuota) {
+		t.Fatalf("over quota: %v", err)
+	}
+	if d := dump(); !reflect.DeepEqual(d, want) {
+		t.Fatalf("a refused write set changed the data: %+v", d)
+	}
+	// ...and 3-3+6 = 6 is not; the later entry of a key wins.
+	if err := s.KVApply("p", "alice", []KVEntry{{Key: "b", Delete: true}, {Key: "c", Value: []byte("x")}, {Key: "c", Value: []byte("xxxxx")}}, 10); err != nil {
+		t.Fatal(err)
+	}
+	want = []KVEntry{{Key: "a", Value: []byte("1")}, {Key: "c", Value: []byte("xxxxx")}, {Key: "e", Value: []byte{}}}
+	if d := dump(); !reflect.DeepEqual(d, want) {
+		t.Fatalf("dump %+v, want %+v", d, want)
+	}
+	if n, _ := s.KVUsage("p", "alice"); n != 1+1+1+5+1 {
+		t.Fatalf("usage %d, want 9", n)
+	}
+	for _, bad := range []string{"", "\x00"} {
+		if err := s.KVApply("p", "alice", []KVEntry{{Key: "z", Value: []byte("1")}, {Key: bad, Value: []byte("x")}}, 10); err == nil {
+			t.Fatalf("key %q accepted", bad)
+		}
+	}
+	if d := dump(); !reflect.DeepEqual(d, want) {
+		t.Fatalf("a refused write set changed the data: %+v", d)
+	}
+}

@@ -32,8 +32,12 @@ func newPluginHost(cfg config.Plugins, stateDir string, st *store.Store, network
 	if err != nil {
 		return nil, err
 	}
+	var kv plugin.KVStore // nil, not a nil *store.Store, where there is none
+	if st != nil {
+		kv = st
+	}
 	return plugin.NewHost(plugin.Config{Dir: filepath.Join(stateDir, "plugins"), Trust: ts, Log: log,
-		Limits: plugin.Limits{Fuel: cfg.Fuel, Memory: cfg.Memory, WallMS: cfg.WallMS}, KV: st, Egress: network,
+		Limits: plugin.Limits{Fuel: cfg.Fuel, Memory: cfg.Memory, WallMS: cfg.WallMS}, KV: kv, Egress: network,
 		Isolated: isolated, IsolatedArgv: []string{oci.RunnerPath, "component-exec"}})
 }
 
