@@ -10,9 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/wovyr/wovyr/vfio"
 )
