@@ -90,12 +90,7 @@ func egressMedian(ds []time.Duration) time.Duration {
 //	go test -run '^$' -bench GVisorEgress -benchtime 20x ./backend/oci
 func BenchmarkGVisorEgress(b *testing.B) {
 	r := newEgressRig(b, "ogx")
-	cfg := testConfig(b)
-	cfg.Network = r.svc
-	g, err := NewGVisor(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
+	g := gvisorIn(b, r)
 	ctx := context.Background()
 	cases := []struct {
 		name string

@@ -181,17 +181,25 @@ func egressTruthTable(t *testing.T, tag, runtime string) {
 // slot is bound to the tenant's allowlist.
 func TestEgressTruthTableGVisor(t *testing.T) {
 	r := newEgressRig(t, "og")
-	cfg := testConfig(t)
-	cfg.Network = r.svc
-	g, err := NewGVisor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := gvisorIn(t, r)
 	r.b = g
 	if capa := g.Probe(context.Background()); !capa.Available || !capa.Egress || !slices.Contains(capa.Features, "egress-netstack") {
 		t.Fatalf("gvisor probe with an egress service: %+v", capa)
 	}
 	assertTruthTable(t, r, sandbox.Template{Egress: true})
+}
+
+// gvisorIn is a gVisor backend whose sandboxes for an allowlist sit in
+// r's egress slots, netstack in them.
+func gvisorIn(tb testing.TB, r *egressRig) *Backend {
+	tb.Helper()
+	cfg := testConfig(tb)
+	cfg.Network = r.svc
+	g, err := NewGVisor(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return g
 }
 
 // assertTruthTable runs the sandbox truth table in a sandbox of r's

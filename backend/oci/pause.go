@@ -30,9 +30,12 @@ import (
 // a clone's identity files are the paused clone's, which are the session's.
 //
 // A paused sandbox is never a golden: nothing restores it but its tenant's
-// resume, which consumes it. A sandbox in an egress slot does not pause
-// this way (its netstack holds the slot's address); nor does runc's or
-// crun's (CRIU is not adopted, ADR 0033): the session package keeps their
+// resume, which consumes it. A netstack sandbox (in an egress slot) pauses
+// too: its slot goes with it, and it resumes in a fresh slot bound to the
+// session's policy before runsc restores it, as a netstack sandbox starts
+// (egress.go); runsc configures the restored netstack from that slot's
+// namespace (ADR 0043). runc's and crun's sandboxes do not pause this way
+// (CRIU is not adopted, ADR 0033): the session package keeps their
 // workspace instead.
 
 const (
@@ -50,6 +53,9 @@ type pausedMeta struct {
 	// whose spec has none): the resumed spec must have the same mounts.
 	Ident *snapshot.Identity `json:"identity,omitempty"`
 	IDs   idmap.Range        `json:"ids"` // the range the upper's files are owned in
+	// Netstack: the sandbox ran its network in the Sentry, in an egress
+	// slot; it resumes in one.
+	Netstack bool `json:"netstack,omitempty"`
 }
 
 // pausedSandbox is a paused sandbox being resumed.
@@ -72,8 +78,6 @@ func (s *Sandbox) unpausable() string {
 		return "only gVisor sandboxes checkpoint (CRIU is not adopted)"
 	case s.b.weak != "" && s.b.weak != battery.PausedAnyTenant:
 		return "a positive control's sandbox"
-	case s.net != nil || s.boot.netstack:
-		return "its network is bound to this sandbox's egress slot"
 	case len(s.boot.gpus) > 0:
 		return "it holds GPU devices"
 	}
@@ -138,7 +142,7 @@ func (s *Sandbox) pause(ctx context.Context, ss *session, tenant string) (sandbo
 	if err := saveUpper(ctx, filepath.Join(s.dir, "upper", "data"), build.Path(pausedUpper)); err != nil {
 		return sandbox.Paused{}, fmt.Errorf("keep the upper layer: %w", err)
 	}
-	meta := pausedMeta{Tenant: tenant, Image: s.image, Limits: s.limits, Claim: ss.lim, IDs: s.slot.ids}
+	meta := pausedMeta{Tenant: tenant, Image: s.image, Limits: s.limits, Claim: ss.lim, IDs: s.slot.ids, Netstack: s.boot.netstack}
 	if s.boot.identified() {
 		id := s.boot.ident
 		meta.Ident = &id
@@ -231,10 +235,17 @@ func (b *Backend) Resume(ctx context.Context, ps sandbox.Paused, tenant string) 
 	if err != nil {
 		return nil, err
 	}
-	if key, err := b.goldenKey(d, name, tmpl); err != nil || key != rec.Key {
+	how, keyed := boot{paused: pz}, d
+	if pz.meta.Netstack {
+		if !b.egressCapable() {
+			return nil, sandbox.Errorf(sandbox.Unenforceable, "policy.network", "paused sandbox %s ran in an egress slot, and this %s backend has no egress service", ps.ID, b.name)
+		}
+		how.netstack, keyed = true, d.netstack()
+	}
+	if key, err := b.goldenKey(keyed, name, tmpl); err != nil || key != rec.Key {
 		return nil, sandbox.Errorf(sandbox.BackendFailure, "", "paused sandbox %s was saved under another runtime, kernel, configuration or image: it cannot resume here", ps.ID)
 	}
-	s, err := b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, pz.meta.Limits, boot{paused: pz})
+	s, err := b.prepare(ctx, d, image.RootFS(b.imagesDir(), name), name, pz.meta.Limits, how)
 	if err != nil {
 		return nil, err
 	}

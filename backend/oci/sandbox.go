@@ -47,7 +47,7 @@ type Sandbox struct {
 	agentFD  int                   // pidfd of the agent, or -1
 	runtime  chan struct{}         // closed when the foreground runtime has exited
 	stderr   *sandbox.SharedCapped // the runtime's and agent's stderr, capped
-	oneShot  bool                  // not Config.Pooled: Prepare starts nothing (oneshot.go)
+	oneShot  bool                  // Prepare starts nothing; the claim does (boot.startsAtClaim, oneshot.go)
 	boot     boot                  // cold, a golden's capture or a clone (snapshot.go)
 	spec     *specs.Spec           // as Prepare wrote it; a one-shot Run fills in the process
 
@@ -126,7 +126,7 @@ func (b *Backend) Prepare(ctx context.Context, tmpl sandbox.Template) (sandbox.S
 }
 
 func (b *Backend) prepare(ctx context.Context, d *driver, rootfs, name string, lim sandbox.Limits, how boot) (_ *Sandbox, err error) {
-	s := &Sandbox{b: b, d: d, id: newID(b.gvisor), image: name, limits: lim, agentFD: -1, oomFD: -1, oneShot: (!b.cfg.Pooled || how.netstack) && how.cold(), boot: how}
+	s := &Sandbox{b: b, d: d, id: newID(b.gvisor), image: name, limits: lim, agentFD: -1, oomFD: -1, oneShot: how.startsAtClaim(b.cfg.Pooled), boot: how}
 	if how.netstack {
 		s.d = d.netstack()
 	}

@@ -16,13 +16,7 @@ import (
 // prepared for an allowlist, netstack in its slot).
 func TestSessionEgressTruthTable(t *testing.T) {
 	r := newEgressRig(t, "os")
-	cfg := testConfig(t)
-	cfg.Network = r.svc
-	g, err := NewGVisor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range []*Backend{r.b, g} {
+	for _, b := range []*Backend{r.b, gvisorIn(t, r)} {
 		t.Run(b.name, func(t *testing.T) {
 			img := egressImage(t)
 			tmpl := sandbox.Template{Kind: sandbox.KindCommand, Image: img, Limits: sandbox.Limits{Pids: 512}, Egress: true}
@@ -34,24 +28,31 @@ func TestSessionEgressTruthTable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			gw := s.net.Gateway().String()
-			rows := egresstest.SandboxTable(gw, peer.net.Addr().String())
-			js, err := json.Marshal(egresstest.TableSpec(rows, r.rig.CAPEM, gw))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for exec := range 2 {
-				res, err := s.Exec(ctx, &sandbox.Exec{Argv: []string{probeBin}, Env: []string{egresstest.ProbeEnv + "=" + string(js)}})
-				if err != nil {
-					t.Fatalf("exec %d: %v", exec, err)
-				}
-				rep, err := egresstest.ParseReport(res)
-				if err != nil {
-					t.Fatalf("exec %d: %v", exec, err)
-				}
-				assertTableReport(t, rows, rep)
+			for range 2 {
+				assertSessionTable(t, r, s, peer)
 			}
 			assertCleanEnd(t, r, b, s, peer)
 		})
 	}
+}
+
+// assertSessionTable runs the sandbox truth table (BATTERY 70–84) as one
+// exec of the open session s, through s's slot, with peer beside it.
+func assertSessionTable(t *testing.T, r *egressRig, s, peer *Sandbox) {
+	t.Helper()
+	gw := s.net.Gateway().String()
+	rows := egresstest.SandboxTable(gw, peer.net.Addr().String())
+	js, err := json.Marshal(egresstest.TableSpec(rows, r.rig.CAPEM, gw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Exec(context.Background(), &sandbox.Exec{Argv: []string{probeBin}, Env: []string{egresstest.ProbeEnv + "=" + string(js)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := egresstest.ParseReport(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertTableReport(t, rows, rep)
 }
