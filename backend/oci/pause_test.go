@@ -22,6 +22,21 @@ func pauseClaim(tenant string) *sandbox.Claim {
 // counter is a background loop that writes its count to ./count.
 var counter = []string{"sh", "-c", `i=0; while :; do i=$((i+1)); echo $i > .count; mv .count count; sleep 0.02; done`}
 
+// assertCarriesOn checks that the counter started as pid, which had
+// counted to before at the pause, is alive in the resumed s and counting
+// on from there.
+func assertCarriesOn(t *testing.T, s *Sandbox, pid, before int) {
+	t.Helper()
+	if got := alive(t, s, pid); got != "alive" {
+		t.Fatalf("the counter (pid %d) after resume: %s", pid, got)
+	}
+	after := count(t, s)
+	time.Sleep(200 * time.Millisecond)
+	if later := count(t, s); after < before || later <= after {
+		t.Errorf("counter %d before the pause, %d and %d after: it did not carry on", before, after, later)
+	}
+}
+
 func count(t *testing.T, s *Sandbox) int {
 	t.Helper()
 	res := execOK(t, s, sandbox.Exec{Argv: []string{"cat", "count"}})
@@ -108,14 +123,7 @@ func TestGVisorPauseResume(t *testing.T) {
 	if want := "print(42)\n751 0\n0:0\nx\nno-group\npasswd\n"; string(res.Stdout) != want {
 		t.Errorf("files after resume:\n%s\nwant:\n%s (stderr %q)", res.Stdout, want, res.Stderr)
 	}
-	if got := alive(t, r, bg.Pid); got != "alive" {
-		t.Fatalf("the counter (pid %d) after resume: %s", bg.Pid, got)
-	}
-	after := count(t, r)
-	time.Sleep(200 * time.Millisecond)
-	if later := count(t, r); after < before || later <= after {
-		t.Errorf("counter %d before the pause, %d and %d after: it did not carry on", before, after, later)
-	}
+	assertCarriesOn(t, r, bg.Pid, before)
 	ps, err := r.Processes(ctx)
 	if err != nil || len(ps) != 1 || ps[0].ID != "counter" || !ps[0].Running || ps[0].Pid != bg.Pid {
 		t.Errorf("processes after resume: %+v %v, want the counter running as pid %d", ps, err, bg.Pid)

@@ -70,12 +70,11 @@ type boot struct {
 func (b boot) cold() bool { return !b.capture && b.from == nil && b.paused == nil }
 
 // startsAtClaim reports whether Prepare leaves the runtime unstarted, for
-// the claim to start (oneshot.go): a cold sandbox where sandboxes are not
-// pooled, and a netstack sandbox, cold or paused, whose slot the claim
-// binds before runsc starts or restores it (egress.go).
-func (b boot) startsAtClaim(pooled bool) bool {
-	return b.cold() && (!pooled || b.netstack) || b.netstack && b.paused != nil
-}
+// the claim to start (oneshot.go): every netstack sandbox (cold or paused;
+// none is a golden's or a clone), whose slot the claim binds before runsc
+// starts or restores it (egress.go), and a cold sandbox where sandboxes
+// are not pooled.
+func (b boot) startsAtClaim(pooled bool) bool { return b.netstack || !pooled && b.cold() }
 
 // identified says whether the sandbox has identity files of its own
 // (identityMounts): goldens, clones, and a paused sandbox that had them.
