@@ -40,16 +40,29 @@ func thaw(t *Thaw) error {
 	if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
 		return fmt.Errorf("thaw: set the clock: %w", err)
 	}
-	if err := replaceEtc("machine-id", []byte(t.MachineID+"\n"), 0o444); err != nil {
-		return fmt.Errorf("thaw: %w", err)
+	// A resumed session's VM already holds its identity, which is the
+	// session's: it is left as it is, not rewritten and bound over again
+	// (each resume would stack another mount on boot_id).
+	if !holds("/etc/machine-id", t.MachineID) {
+		if err := replaceEtc("machine-id", []byte(t.MachineID+"\n"), 0o444); err != nil {
+			return fmt.Errorf("thaw: %w", err)
+		}
 	}
-	if err := bindBootID(t.BootID); err != nil {
-		return err
+	if !holds(bootIDPath, t.BootID) {
+		if err := bindBootID(t.BootID); err != nil {
+			return err
+		}
 	}
 	if t.Net != "" {
 		return readdress(t)
 	}
 	return nil
+}
+
+// holds reports whether the file at path reads id and a newline.
+func holds(path, id string) bool {
+	b, err := os.ReadFile(path)
+	return err == nil && string(b) == id+"\n"
 }
 
 // stepClock moves the wall clock by d.

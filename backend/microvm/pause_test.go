@@ -93,4 +93,27 @@ func TestPauseIsTheTenants(t *testing.T) {
 	if rs := r.(*vmSandbox); rs.ident.MachineID != lines[1] {
 		t.Errorf("machine-id %s, the paused VM's %s", lines[1], rs.ident.MachineID)
 	}
+
+	// A session pauses and resumes many times: the identity it already
+	// holds is left as it is, boot_id bound once, not once per resume.
+	ident := r.(*vmSandbox).ident
+	p2, err := r.(sandbox.Pauser).Pause(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Discard(ctx, p2)
+	r.Destroy(ctx)
+	r2, err := b.Resume(ctx, p2, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Destroy(ctx)
+	held := inv("/bin/sh", "-c", "cat /etc/machine-id /proc/sys/kernel/random/boot_id; grep -c ' /proc/sys/kernel/random/boot_id ' /proc/self/mountinfo")
+	held.Tenant = "acme"
+	if res, err = r2.Run(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	if want := ident.MachineID + "\n" + ident.BootID + "\n1\n"; string(res.Stdout) != want {
+		t.Errorf("twice-resumed VM's identity and boot_id mounts %q, want %q (stderr %q)", res.Stdout, want, res.Stderr)
+	}
 }
