@@ -67,7 +67,9 @@ type testNode struct {
 
 // stopNATS stops the node's embedded NATS server (the node runs on,
 // reconnecting to the cluster's other servers); startNATS starts it again
-// on the same ports and store.
+// on the same ports and store, and waits until its JetStream has caught
+// up: a server stopped before that would leave the streams it lags on
+// one current replica of three, below their quorum.
 func (n *testNode) stopNATS() { n.nats.Shutdown() }
 
 func (n *testNode) startNATS(t testing.TB) {
@@ -77,6 +79,17 @@ func (n *testNode) startNATS(t testing.TB) {
 		t.Fatal(err)
 	}
 	n.nats = ns
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := ns.Current()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // jetStreamAt is a JetStream client of the NATS at url, closed with the test.

@@ -100,6 +100,18 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 // ClientURL is where clients connect.
 func (e *Embedded) ClientURL() string { return e.ns.ClientURL() }
 
+// Current reports whether the server's JetStream has caught up: it has a
+// meta leader and every stream and consumer it holds a replica of is
+// current. A restarted server answers an error until then, naming what
+// lags.
+func (e *Embedded) Current() error {
+	h := e.ns.Healthz(nil)
+	if h.Status == "ok" {
+		return nil
+	}
+	return fmt.Errorf("cluster: nats %s not current: %s", e.ns.Name(), h.Error)
+}
+
 // Shutdown stops the server and waits until it has.
 func (e *Embedded) Shutdown() {
 	e.ns.Shutdown()
