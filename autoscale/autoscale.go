@@ -15,6 +15,9 @@
 //     smoothed by an exponentially weighted moving average, sets a floor of
 //     rate × Lead (Little's law: the sandboxes consumed while a refill is on
 //     its way).
+//   - Creates under way count toward the target (Observation.Creating):
+//     the next step replaces a sandbox claimed while a slow refill runs,
+//     and never starts that refill twice.
 //   - Scale down slowly: a lower target is adopted only after the demand has
 //     stayed below the current target for IdleTTL, so a short lull does not
 //     throw away sandboxes that cost a boot to replace.

@@ -11,6 +11,9 @@ type Observation struct {
 	Arrivals int       // acquires since the previous step
 	Misses   int       // of those, acquires that found no warm sandbox
 	Warm     int       // warm sandboxes now
+	// Creating is how many creates started by earlier steps are still
+	// under way: each will be warm, so it counts toward the target.
+	Creating int
 	// Room is how many more sandboxes the pool may create now without
 	// passing its live bound.
 	Room int
@@ -123,7 +126,7 @@ func (p Policy) Step(s State, o Observation) (State, Decision) {
 	if o.Warm > s.Target {
 		d.Destroy = o.Warm - s.Target
 	}
-	n := min(s.Target-o.Warm, o.Room, int(s.Tokens))
+	n := min(s.Target-o.Warm-o.Creating, o.Room, int(s.Tokens))
 	switch s.Breaker {
 	case Open:
 		n = 0

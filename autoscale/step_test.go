@@ -59,6 +59,18 @@ func TestStepTraces(t *testing.T) {
 			{14, Observation{Warm: 1, Room: 7}, Decision{Target: 1}},
 		},
 	}, {
+		// Creates under way count toward the target: a claim taken while
+		// they run is replaced by one more, and no decision repeats them.
+		name: "creates under way",
+		cfg:  Config{Min: 2, Max: 4, RateTau: time.Second, Lead: time.Millisecond, IdleTTL: 10 * time.Second, RefillRate: 100, RefillBurst: 4},
+		trace: []step{
+			{0, Observation{Room: 8}, Decision{Target: 2, Create: 2}},
+			{0.1, Observation{Creating: 2, Room: 6}, Decision{Target: 2}},
+			{0.2, Observation{Arrivals: 1, Warm: 1, Creating: 1, Room: 6}, Decision{Target: 2}},
+			{0.3, Observation{Arrivals: 1, Creating: 1, Room: 6}, Decision{Target: 2, Create: 1}},
+			{0.4, Observation{Creating: 2, Room: 5}, Decision{Target: 2}},
+		},
+	}, {
 		// The EWMA of the arrival rate times Lead sets the target; after
 		// IdleTTL without arrivals the rate counts as zero.
 		name: "arrival rate EWMA",
@@ -151,7 +163,7 @@ func TestStepInvariants(t *testing.T) {
 	for range 5000 {
 		now = now.Add(time.Duration(r.IntN(2000)) * time.Millisecond)
 		a := r.IntN(6)
-		trace = append(trace, Observation{Now: now, Arrivals: a, Misses: r.IntN(a + 1), Warm: r.IntN(8), Room: r.IntN(5), FailStreak: r.IntN(4)})
+		trace = append(trace, Observation{Now: now, Arrivals: a, Misses: r.IntN(a + 1), Warm: r.IntN(8), Creating: r.IntN(3), Room: r.IntN(5), FailStreak: r.IntN(4)})
 	}
 	run := func() []Decision {
 		var s State
@@ -163,8 +175,8 @@ func TestStepInvariants(t *testing.T) {
 			if d.Target < 1 || d.Target > 6 {
 				t.Fatalf("target %d outside [1,6]", d.Target)
 			}
-			if d.Create > o.Room || d.Create > max(0, d.Target-o.Warm) || d.Create < 0 {
-				t.Fatalf("create %d with room %d, warm %d, target %d", d.Create, o.Room, o.Warm, d.Target)
+			if d.Create > o.Room || d.Create > max(0, d.Target-o.Warm-o.Creating) || d.Create < 0 {
+				t.Fatalf("create %d with room %d, warm %d, %d under way, target %d", d.Create, o.Room, o.Warm, o.Creating, d.Target)
 			}
 			if d.Breaker == Open && d.Create != 0 || d.Breaker == HalfOpen && d.Create > 1 {
 				t.Fatalf("breaker %s allowed %d creates", d.Breaker, d.Create)

@@ -149,19 +149,22 @@ func (g *Group) Reconcile(ctx context.Context, now time.Time) error {
 	return errors.Join(errs...)
 }
 
-// ReconcileAsync starts Reconcile at now on every pool whose previous one
-// has finished and returns at once, so that one pool's slow create (a VM
-// boot: seconds under TCG) never holds back another pool's refill. onErr,
-// if not nil, receives each failed pool's error (a pool closed meanwhile is
-// not one). Close waits for the reconciles this started.
+// ReconcileAsync starts Reconcile at now on every pool whose previous
+// decision has been made and returns at once, so that one pool's slow
+// create (a VM boot: seconds under TCG) never holds back another pool's
+// refill, nor the same pool's next decision: a sandbox claimed while a
+// refill is under way is replaced at once. onErr, if not nil, receives each
+// failed pool's error (a pool closed meanwhile is not one). Close waits for
+// the reconciles this started and their creates.
 func (g *Group) ReconcileAsync(ctx context.Context, now time.Time, onErr func(Key, error)) {
 	for _, p := range g.list() {
 		if !p.busy.CompareAndSwap(false, true) {
 			continue
 		}
 		g.running.Go(func() {
-			defer p.busy.Store(false)
-			if err := p.Reconcile(ctx, now); err != nil && !errors.Is(err, ErrClosed) && onErr != nil {
+			finish := p.reconcile(ctx, now)
+			p.busy.Store(false)
+			if err := finish(); err != nil && !errors.Is(err, ErrClosed) && onErr != nil {
 				onErr(p.cfg.Key, err)
 			}
 		})

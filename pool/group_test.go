@@ -152,3 +152,79 @@ func TestReconcileAsyncSlowPoolHoldsNoOneBack(t *testing.T) {
 		t.Fatalf("%d reconcile errors", failed.Load())
 	}
 }
+
+// TestReconcileAsyncReplacesDuringASlowRefill: a sandbox claimed while a
+// refill's create is still under way is replaced at the next decision, not
+// after that create ends (a steady arrival rate would otherwise find the
+// pool empty once per refill), and a create under way is never started
+// twice.
+func TestReconcileAsyncReplacesDuringASlowRefill(t *testing.T) {
+	g, err := NewGroup(GroupConfig{Sizes: []Sizing{{MaxLive: 4, Autoscale: autoscale.Config{Min: 2, Max: 2}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakes{}
+	p, err := g.Add(Key{Backend: "gvisor"}, f.factory, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := p.Reconcile(ctx, t0); err != nil || p.Snapshot().Warm != 2 {
+		t.Fatalf("first fill: %v, %d warm; want 2", err, p.Snapshot().Warm)
+	}
+	f.block = make(chan struct{}) // every create from here on waits
+	onErr := func(k Key, err error) { t.Errorf("%s: %v", k, err) }
+	// decide reconciles at now and waits until its decision is made (the
+	// pool's busy flag is clear again), its creates left under way.
+	decide := func(now time.Time) {
+		t.Helper()
+		g.ReconcileAsync(ctx, now, onErr)
+		deadline := time.Now().Add(5 * time.Second)
+		for p.busy.Load() && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if p.busy.Load() {
+			t.Fatal("the decision did not end while its create was blocked")
+		}
+	}
+	var leases []*Lease
+	claim := func() {
+		t.Helper()
+		l, err := p.Acquire(ctx)
+		if err != nil || !l.Warm() {
+			t.Fatalf("acquire: %v (warm %v); want a warm lease", err, err == nil && l.Warm())
+		}
+		leases = append(leases, l)
+	}
+	claim()
+	decide(t0.Add(100 * time.Millisecond))
+	claim()
+	decide(t0.Add(200 * time.Millisecond))
+	if c := f.calls.Load(); c != 4 {
+		t.Fatalf("factory called %d times; want 4 (two fills, then one create per claim while the first is blocked)", c)
+	}
+	decide(t0.Add(300 * time.Millisecond))
+	decide(t0.Add(400 * time.Millisecond))
+	if c := f.calls.Load(); c != 4 {
+		t.Fatalf("factory called %d times with two creates under way for a target of 2; want 4", c)
+	}
+	close(f.block)
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Snapshot().Warm < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if w := p.Snapshot().Warm; w != 2 {
+		t.Fatalf("%d warm after the creates ended; want 2", w)
+	}
+	for _, l := range leases {
+		if err := l.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if live, _, _ := f.snapshot(); live != 0 {
+		t.Fatalf("%d sandboxes live after Close", live)
+	}
+}

@@ -104,11 +104,12 @@ type Pool struct {
 	streak      atomic.Int64          // consecutive create failures
 	stall       atomic.Pointer[Stall] // nil unless the template cannot be prepared
 
-	rec     sync.Mutex  // serialises Reconcile
-	busy    atomic.Bool // a Reconcile started by Group.ReconcileAsync runs
-	state   autoscale.State
-	target  atomic.Int64
-	breaker atomic.Int64
+	rec      sync.Mutex   // serialises Reconcile's decisions
+	busy     atomic.Bool  // a decision started by Group.ReconcileAsync runs
+	creating atomic.Int64 // refill creates under way
+	state    autoscale.State
+	target   atomic.Int64
+	breaker  atomic.Int64
 
 	gold goldenState // Restorer only
 }

@@ -18,16 +18,27 @@ import (
 // the creates. The server calls it periodically; the pool has no timer of
 // its own. The error joins the failed creates and destroys.
 func (p *Pool) Reconcile(ctx context.Context, now time.Time) error {
+	return p.reconcile(ctx, now)()
+}
+
+// reconcile decides and starts what Reconcile does, and returns a func
+// that waits for the creates it started and returns Reconcile's error.
+// Decisions are serialised; creates are not: the next decision counts the
+// ones still under way (autoscale.Observation.Creating), so a sandbox
+// claimed while a slow refill runs is replaced at the next decision, not
+// after the whole refill, and none is created twice.
+func (p *Pool) reconcile(ctx context.Context, now time.Time) (finish func() error) {
 	p.rec.Lock()
 	defer p.rec.Unlock()
 	if p.shut.Load() {
-		return p.closedErr()
+		err := p.closedErr()
+		return func() error { return err }
 	}
 	var errs []error
 	if st := p.stall.Load(); st != nil {
 		ok, err := p.reconcileStalled(ctx, st, now)
 		if errs = append(errs, err); !ok {
-			return p.reconcileErr(errs)
+			return func() error { return p.reconcileErr(errs) }
 		}
 	}
 	o := autoscale.Observation{
@@ -35,6 +46,7 @@ func (p *Pool) Reconcile(ctx context.Context, now time.Time) error {
 		Arrivals:   int(p.arrivals.Swap(0)),
 		Misses:     int(p.misses.Swap(0)),
 		Warm:       len(p.warm),
+		Creating:   int(p.creating.Load()),
 		Room:       max(0, p.cfg.MaxLive-int(p.live.Load())),
 		FailStreak: int(p.streak.Load()),
 	}
@@ -66,7 +78,12 @@ func (p *Pool) Reconcile(ctx context.Context, now time.Time) error {
 			break // acquirers are waiting or the bound is reached
 		}
 		p.tookSlot()
+		p.creating.Add(1)
 		wg.Go(func() {
+			// Warm before it stops counting as under way: the next
+			// decision may briefly see it twice (and create less), never
+			// not at all.
+			defer p.creating.Add(-1)
 			sb, err := p.create(ctx)
 			if err == nil && !p.pushWarm(sb) {
 				err = p.discard(ctx, sb)
@@ -78,8 +95,12 @@ func (p *Pool) Reconcile(ctx context.Context, now time.Time) error {
 			}
 		})
 	}
-	wg.Wait()
-	return p.reconcileErr(errs)
+	return func() error {
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return p.reconcileErr(errs)
+	}
 }
 
 func (p *Pool) reconcileErr(errs []error) error {
