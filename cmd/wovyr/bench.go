@@ -21,6 +21,7 @@ func benchMain(ctx context.Context, g *globals, args []string) int {
 	httpPath := fs.Bool("http", false, "measure the daemon path (wovyr serve as a process, one request per round) against the in-process warm claim of each certified backend (-n default 20)")
 	rate := fs.Float64("rate", 0, "with --http: then send this many requests per second to each backend")
 	dur := fs.Duration("duration", 60*time.Second, "with --http --rate: for this long per backend")
+	leadIn := fs.Duration("lead-in", 0, "with --http --rate: first send at the rate for this long, unmeasured, so the pools have seen the rate")
 	only := fs.String("backend", "", "with --http: this backend only")
 	clones := fs.Bool("clones", false, "measure microVM and gVisor clones restored from the template's golden snapshot (and a gVisor warm pool's claim) against cold one-shot sandboxes (-n default 5)")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -45,7 +46,7 @@ func benchMain(ctx context.Context, g *globals, args []string) int {
 	})
 	if *httpPath {
 		nd.Close() // the daemon and the pooled node below hold what they need
-		if err := httpBench(ctx, g, *only, rounds, *rate, *dur, os.Stdout); err != nil {
+		if err := httpBench(ctx, g, *only, rounds, steadyLoad{Rate: *rate, LeadIn: *leadIn, Duration: *dur}, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "wovyr: bench --http:", err)
 			return exitBackendFailure
 		}

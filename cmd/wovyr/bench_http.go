@@ -31,10 +31,10 @@ import (
 // in-process on a sandbox prepared as a pool prepares it. Before each
 // round, untimed, both sides have a warm sandbox: the daemon's pool is
 // polled through /readyz, so the rows compare warm claims with warm claims.
-// With rate > 0 it then sends rate requests per second to each backend
-// for dur and reports the latency distribution (what refill and commits
-// do to the tail).
-func httpBench(ctx context.Context, g *globals, only string, n int, rate float64, dur time.Duration, out io.Writer) error {
+// With load.Rate > 0 it then sends that many requests per second to each
+// backend (steady) and reports the latency distribution and the cold
+// claims (what refill and commits do to the tail).
+func httpBench(ctx context.Context, g *globals, only string, n int, load steadyLoad, out io.Writer) error {
 	// The in-process side: the daemon's own configuration (pooled), probed
 	// before the daemon holds the store.
 	nd, err := newNode(g, g.logger(), nodeOptions{pooled: true})
@@ -84,7 +84,7 @@ func httpBench(ctx context.Context, g *globals, only string, n int, rate float64
 				}
 				return d.awaitWarm(ctx, st.Name, time.Minute)
 			},
-			Subject: func() error { return d.submit(ctx, inv) },
+			Subject: func() error { _, err := d.submit(ctx, inv); return err },
 			Peer: func() error {
 				res, err := warm.Take().Run(ctx, inv)
 				return resultErr(res, err)
@@ -97,8 +97,8 @@ func httpBench(ctx context.Context, g *globals, only string, n int, rate float64
 			continue
 		}
 		rows = append(rows, r)
-		if rate > 0 {
-			s, err := d.steady(ctx, st.Name, inv, rate, dur)
+		if load.Rate > 0 {
+			s, err := d.steady(ctx, st.Name, inv, load)
 			if err != nil {
 				return d.withLog(err)
 			}
@@ -128,7 +128,7 @@ func httpBench(ctx context.Context, g *globals, only string, n int, rate float64
 	}
 	if len(steady) > 0 {
 		fmt.Fprintln(out)
-		printSteady(out, steady, rate, dur)
+		printSteady(out, steady, load)
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("failed on %s", strings.Join(failed, ", "))
@@ -252,16 +252,17 @@ func (d *benchDaemon) stop() {
 	os.RemoveAll(d.dir)
 }
 
-// submit runs inv through the API and waits for its result.
-func (d *benchDaemon) submit(ctx context.Context, inv *sandbox.Invocation) error {
+// submit runs inv through the API and waits for its result; it returns
+// the invocation's id.
+func (d *benchDaemon) submit(ctx context.Context, inv *sandbox.Invocation) (string, error) {
 	rec, err := d.api.Submit(ctx, inv, time.Minute)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if rec.Result == nil {
-		return fmt.Errorf("invocation %s is %s after a minute", rec.ID, rec.State)
+		return rec.ID, fmt.Errorf("invocation %s is %s after a minute", rec.ID, rec.State)
 	}
-	return resultErr(rec.Result, nil)
+	return rec.ID, resultErr(rec.Result, nil)
 }
 
 // awaitWarm waits until the daemon's default pool of backend holds a warm

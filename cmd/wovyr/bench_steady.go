@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -12,25 +16,40 @@ import (
 	"github.com/wovyr/wovyr/sandbox"
 )
 
+// steadyLoad is bench --http's steady arrival rate: Rate requests per
+// second, for LeadIn unmeasured (the pools see the rate before it is
+// measured, as under a load that has run a while), then for Duration.
+type steadyLoad struct {
+	Rate             float64
+	LeadIn, Duration time.Duration
+}
+
 // steadyRow is one backend under a steady arrival rate.
 type steadyRow struct {
 	backend       string
 	n, failed     int
+	cold          int // measured requests whose claim found no warm sandbox
 	p50, p99, max time.Duration
 }
 
-// steady sends rate requests per second of inv for dur, each on its own
-// goroutine at its scheduled time (an open loop: a slow answer does not
-// delay the next arrival), and returns the round-trip distribution.
-func (d *benchDaemon) steady(ctx context.Context, backend string, inv *sandbox.Invocation, rate float64, dur time.Duration) (steadyRow, error) {
+// coldAcquire is the acquire time above which a claim was not warm: a warm
+// claim takes microseconds, the cheapest prepare (native) a millisecond.
+const coldAcquire = time.Millisecond
+
+// steady sends load's requests of inv, each on its own goroutine at its
+// scheduled time (an open loop: a slow answer does not delay the next
+// arrival), and returns the round-trip distribution of those sent after
+// the lead-in, and how many of them the daemon's log says claimed cold.
+func (d *benchDaemon) steady(ctx context.Context, backend string, inv *sandbox.Invocation, load steadyLoad) (steadyRow, error) {
 	if err := d.awaitWarm(ctx, backend, time.Minute); err != nil {
 		return steadyRow{}, err
 	}
-	every := time.Duration(float64(time.Second) / rate)
-	total := int(dur / every)
+	every := time.Duration(float64(time.Second) / load.Rate)
+	lead, total := int(load.LeadIn/every), int((load.LeadIn+load.Duration)/every)
 	var (
 		mu     sync.Mutex
 		rtts   []time.Duration
+		ids    []string
 		failed int
 		wg     sync.WaitGroup
 	)
@@ -45,35 +64,92 @@ func (d *benchDaemon) steady(ctx context.Context, backend string, inv *sandbox.I
 		}
 		wg.Go(func() {
 			t := time.Now()
-			err := d.submit(ctx, inv)
+			id, err := d.submit(ctx, inv)
 			rtt := time.Since(t)
+			if i < lead {
+				return
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				failed++
 				return
 			}
-			rtts = append(rtts, rtt)
+			rtts, ids = append(rtts, rtt), append(ids, id)
 		})
 	}
 	wg.Wait()
-	r := steadyRow{backend: backend, n: total, failed: failed}
+	r := steadyRow{backend: backend, n: total - lead, failed: failed}
 	if len(rtts) > 0 {
 		r.p50, r.p99, r.max = benchmark.Quantile(rtts, 0.5), benchmark.Quantile(rtts, 0.99), benchmark.Quantile(rtts, 1)
+	}
+	// The daemon logs an invocation as it finishes, around its response.
+	var acquired map[string]time.Duration
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var err error
+		if acquired, err = d.acquireTimes(); err != nil {
+			return r, err
+		}
+		missing := 0
+		for _, id := range ids {
+			if _, ok := acquired[id]; !ok {
+				missing++
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return r, fmt.Errorf("%s: %d of %d invocations have no log line", backend, missing, len(ids))
+		}
+	}
+	for _, id := range ids {
+		if acquired[id] >= coldAcquire {
+			r.cold++
+		}
 	}
 	return r, nil
 }
 
-func printSteady(out io.Writer, rows []steadyRow, rate float64, dur time.Duration) {
+// acquireTimes reads each finished invocation's acquire time (prepare_ms)
+// from the daemon's invocation log lines, by id.
+func (d *benchDaemon) acquireTimes() (map[string]time.Duration, error) {
+	f, err := os.Open(filepath.Join(d.dir, "serve.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]time.Duration{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Msg     string   `json:"msg"`
+			ID      string   `json:"id"`
+			Prepare *float64 `json:"prepare_ms"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Msg != "invocation" || line.Prepare == nil {
+			continue
+		}
+		out[line.ID] = time.Duration(*line.Prepare * float64(time.Millisecond))
+	}
+	return out, sc.Err()
+}
+
+func printSteady(out io.Writer, rows []steadyRow, load steadyLoad) {
 	tw := tabwriter.NewWriter(out, 0, 4, 1, ' ', 0)
-	fmt.Fprintf(tw, "| backend (%.3g req/s for %s)\t| n\t| failed\t| p50\t| p99\t| max\t| p99/p50 |\n", rate, dur)
-	fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|---\t|---\t|--- |")
+	head := fmt.Sprintf("%.3g req/s for %s", load.Rate, load.Duration)
+	if load.LeadIn > 0 {
+		head += fmt.Sprintf(" after %s at that rate", load.LeadIn)
+	}
+	fmt.Fprintf(tw, "| backend (%s)\t| n\t| failed\t| cold\t| p50\t| p99\t| max\t| p99/p50 |\n", head)
+	fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|---\t|---\t|---\t|--- |")
 	for _, r := range rows {
 		ratio := 0.0
 		if r.p50 > 0 {
 			ratio = float64(r.p99) / float64(r.p50)
 		}
-		fmt.Fprintf(tw, "| %s\t| %d\t| %d\t| %s\t| %s\t| %s\t| %.2f |\n", r.backend, r.n, r.failed,
+		fmt.Fprintf(tw, "| %s\t| %d\t| %d\t| %d\t| %s\t| %s\t| %s\t| %.2f |\n", r.backend, r.n, r.failed, r.cold,
 			r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond), r.max.Round(10*time.Microsecond), ratio)
 	}
 	tw.Flush()
