@@ -96,9 +96,7 @@ func (p *Pool) reconcile(ctx context.Context, now time.Time) (finish func() erro
 		})
 	}
 	return func() error {
-		wg.Wait()
-		mu.Lock()
-		defer mu.Unlock()
+		wg.Wait() // the creates' appends to errs happen before it returns
 		return p.reconcileErr(errs)
 	}
 }

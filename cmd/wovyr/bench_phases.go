@@ -13,23 +13,31 @@ import (
 // phaseNames are the invocation log line's timings, in path order.
 var phaseNames = []string{"accept_ms", "record_ms", "queue_ms", "prepare_ms", "run_ms", "commit_ms", "total_ms"}
 
-// printPhases reads the daemon's invocation log lines and prints, per
-// backend, the median of each phase: where a round trip's time goes inside
-// the daemon.
-func (d *benchDaemon) printPhases(out io.Writer, backends []string) error {
+// invocationLines calls each with every invocation log line the daemon
+// has written so far.
+func (d *benchDaemon) invocationLines(each func(line map[string]any)) error {
 	f, err := os.Open(filepath.Join(d.dir, "serve.log"))
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	samples := map[string]map[string][]float64{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		var line map[string]any
-		if json.Unmarshal(sc.Bytes(), &line) != nil || line["msg"] != "invocation" {
-			continue
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line["msg"] == "invocation" {
+			each(line)
 		}
+	}
+	return sc.Err()
+}
+
+// printPhases reads the daemon's invocation log lines and prints, per
+// backend, the median of each phase: where a round trip's time goes inside
+// the daemon.
+func (d *benchDaemon) printPhases(out io.Writer, backends []string) error {
+	samples := map[string]map[string][]float64{}
+	err := d.invocationLines(func(line map[string]any) {
 		b, _ := line["backend"].(string)
 		if samples[b] == nil {
 			samples[b] = map[string][]float64{}
@@ -39,6 +47,9 @@ func (d *benchDaemon) printPhases(out io.Writer, backends []string) error {
 				samples[b][p] = append(samples[b][p], v)
 			}
 		}
+	})
+	if err != nil {
+		return err
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 1, ' ', 0)
 	fmt.Fprint(tw, "| daemon phase p50 (ms)")

@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -83,57 +79,48 @@ func (d *benchDaemon) steady(ctx context.Context, backend string, inv *sandbox.I
 	if len(rtts) > 0 {
 		r.p50, r.p99, r.max = benchmark.Quantile(rtts, 0.5), benchmark.Quantile(rtts, 0.99), benchmark.Quantile(rtts, 1)
 	}
-	// The daemon logs an invocation as it finishes, around its response.
-	var acquired map[string]time.Duration
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		var err error
-		if acquired, err = d.acquireTimes(); err != nil {
-			return r, err
-		}
-		missing := 0
-		for _, id := range ids {
-			if _, ok := acquired[id]; !ok {
-				missing++
-			}
-		}
-		if missing == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return r, fmt.Errorf("%s: %d of %d invocations have no log line", backend, missing, len(ids))
-		}
+	acquired, err := d.acquireTimes(ids, 5*time.Second)
+	if err != nil {
+		return r, fmt.Errorf("%s: %w", backend, err)
 	}
-	for _, id := range ids {
-		if acquired[id] >= coldAcquire {
+	for _, a := range acquired {
+		if a >= coldAcquire {
 			r.cold++
 		}
 	}
 	return r, nil
 }
 
-// acquireTimes reads each finished invocation's acquire time (prepare_ms)
-// from the daemon's invocation log lines, by id.
-func (d *benchDaemon) acquireTimes() (map[string]time.Duration, error) {
-	f, err := os.Open(filepath.Join(d.dir, "serve.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out := map[string]time.Duration{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var line struct {
-			Msg     string   `json:"msg"`
-			ID      string   `json:"id"`
-			Prepare *float64 `json:"prepare_ms"`
+// acquireTimes reads the acquire time (prepare_ms) of each of ids from the
+// daemon's invocation log lines, waiting up to within for the last of them:
+// the daemon logs an invocation as it finishes, around its response.
+func (d *benchDaemon) acquireTimes(ids []string, within time.Duration) ([]time.Duration, error) {
+	deadline := time.Now().Add(within)
+	for {
+		byID := map[string]time.Duration{}
+		err := d.invocationLines(func(line map[string]any) {
+			id, _ := line["id"].(string)
+			if ms, ok := line["prepare_ms"].(float64); ok {
+				byID[id] = time.Duration(ms * float64(time.Millisecond))
+			}
+		})
+		if err != nil {
+			return nil, err
 		}
-		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Msg != "invocation" || line.Prepare == nil {
-			continue
+		out := make([]time.Duration, 0, len(ids))
+		for _, id := range ids {
+			if a, ok := byID[id]; ok {
+				out = append(out, a)
+			}
 		}
-		out[line.ID] = time.Duration(*line.Prepare * float64(time.Millisecond))
+		if len(out) == len(ids) {
+			return out, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%d of %d invocations have no log line", len(ids)-len(out), len(ids))
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return out, sc.Err()
 }
 
 func printSteady(out io.Writer, rows []steadyRow, load steadyLoad) {
