@@ -37,6 +37,10 @@ type Admission interface {
 	// Acquire blocks until t may start, or ctx ends (then it returns
 	// ctx's cause and t has not started).
 	Acquire(ctx context.Context, t Ticket) error
+	// TryAcquire starts t if it may start now, without waiting, and
+	// reports whether it did; false changes nothing, and Acquire waits
+	// for t as before.
+	TryAcquire(t Ticket) bool
 	// Done releases t, whether or not it started.
 	Done(t Ticket)
 	// Queued is how many admitted tickets wait to start.
@@ -116,6 +120,18 @@ func (l *Limiter) Acquire(ctx context.Context, t Ticket) error {
 		l.wake()
 		return fmt.Errorf("not started: %w", context.Cause(ctx))
 	}
+}
+
+// TryAcquire implements Admission: t starts now if it fits and nothing
+// waits before it.
+func (l *Limiter) TryAcquire(t Ticket) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.waiters.Len() > 0 || !l.fits(t) {
+		return false
+	}
+	l.grant(t)
+	return true
 }
 
 // Done implements Admission.

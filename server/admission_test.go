@@ -107,3 +107,59 @@ func TestLimiterCancelWhileQueued(t *testing.T) {
 		t.Fatalf("leftover state running=%d pending=%v", l.running, l.pending)
 	}
 }
+
+// TestTryAcquire: both admissions start a ticket at once only when it may
+// start now — never past a ticket that waits in Acquire, never past the
+// capacity — and a refusal changes nothing: Acquire then waits as before.
+func TestTryAcquire(t *testing.T) {
+	a, b, c := Ticket{ID: "a", Tenant: "x"}, Ticket{ID: "b", Tenant: "x"}, Ticket{ID: "c", Tenant: "x"}
+	t.Run("limiter", func(t *testing.T) {
+		l := limiter(1)
+		for _, tk := range []Ticket{a, b, c} {
+			l.Admit(tk)
+		}
+		if !l.TryAcquire(a) {
+			t.Fatal("a did not start on an idle node")
+		}
+		if l.TryAcquire(b) {
+			t.Fatal("b started beyond the capacity")
+		}
+		wb := granted(t, l, b)
+		if !pending(wb) {
+			t.Fatal("b's Acquire after a refused TryAcquire did not wait")
+		}
+		l.Done(a)
+		if err := <-wb; err != nil {
+			t.Fatal(err)
+		}
+		l.Done(b)
+		wc := granted(t, l, c)
+		if err := <-wc; err != nil {
+			t.Fatal(err)
+		}
+		if l.TryAcquire(Ticket{ID: "d", Tenant: "x"}) {
+			t.Fatal("d started beyond the capacity")
+		}
+	})
+	t.Run("fair", func(t *testing.T) {
+		f, err := NewFair(config.Config{Concurrency: 1, Tenants: []config.Tenant{{Name: "x", Weight: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.TryAcquire(a) {
+			t.Fatal("a ticket never admitted started")
+		}
+		f.Admit(a)
+		f.Admit(b)
+		if !f.TryAcquire(a) || f.TryAcquire(b) {
+			t.Fatal("want a started (picked at Admit) and b waiting")
+		}
+		f.Done(a)
+		if !f.TryAcquire(b) {
+			t.Fatal("b was not started when a's capacity freed")
+		}
+		if err := f.Acquire(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

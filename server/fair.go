@@ -120,6 +120,23 @@ func (f *Fair) Acquire(ctx context.Context, t Ticket) error {
 	}
 }
 
+// TryAcquire implements Admission: Admit starts whatever fits, so t may
+// start now only if it was picked already.
+func (f *Fair) TryAcquire(t Ticket) bool {
+	f.mu.Lock()
+	ch, ok := f.waiting[t.ID]
+	f.mu.Unlock()
+	if !ok {
+		return false
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
 // Done implements Admission: it frees what t held (or withdraws it from
 // its queue) and starts whatever now fits.
 func (f *Fair) Done(t Ticket) {

@@ -71,6 +71,10 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, t *tenant)
 		return
 	}
 	s.met.phase(j.backend.Name(), "accept", time.Since(received))
+	if err := j.awaitRecord(r.Context()); err != nil {
+		s.writeError(w, err)
+		return
+	}
 	rec, err := s.waitDone(r.Context(), inv.ID, wait)
 	if err != nil {
 		s.writeError(w, sandbox.Wrap(sandbox.BackendFailure, err, "read record"))

@@ -112,3 +112,48 @@ func TestRetentionPurges(t *testing.T) {
 	}
 	t.Fatal("the record outlived its retention")
 }
+
+// TestFirstRecordHoldsTheStart: an invocation that admission starts at once
+// is recorded queued and running in one write, durable before the answer
+// shows its id (ADR 0044); one that waits for capacity is answered queued
+// and moves on later, each later write applied after the first.
+func TestFirstRecordHoldsTheStart(t *testing.T) {
+	cfg := testConfig()
+	cfg.Concurrency = 1
+	h := newHarness(t, cfg, "")
+	alice := h.client(aliceToken)
+	ctx := context.Background()
+	argv, _ := sleeper()
+	first, err := alice.Submit(ctx, command(argv...), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.State != client.StateRunning || states(first) != "queued,running" {
+		t.Fatalf("first answer %s (%s), want running, recorded with its start", first.State, states(first))
+	}
+	if rec, err := h.store.Get(first.ID); err != nil || rec.State != store.Running || rec.Backend != "native" {
+		t.Fatalf("the store holds %+v %v when the id is shown", rec, err)
+	}
+	second, err := alice.Submit(ctx, command("/bin/true"), 0)
+	if err != nil || second.State != client.StateQueued || states(second) != "queued" {
+		t.Fatalf("second answer %+v %v, want queued behind the first", second, err)
+	}
+	if _, err := alice.Cancel(ctx, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	done, err := alice.Get(ctx, second.ID, 30*time.Second)
+	if err != nil || done.State != client.StateDone || done.Result.ExitCode != 0 || states(done) != "queued,running,done" {
+		t.Fatalf("second after the first ended: %+v %v", done, err)
+	}
+	ended, err := alice.Get(ctx, first.ID, 0)
+	if err != nil || states(ended) != "queued,running,done" {
+		t.Fatalf("first after its cancel: %+v %v", ended, err)
+	}
+	for _, rec := range []*client.Invocation{ended, done} {
+		for i := 1; i < len(rec.Transitions); i++ {
+			if rec.Transitions[i].At.Before(rec.Transitions[i-1].At) {
+				t.Fatalf("%s: transitions out of order: %+v", rec.ID, rec.Transitions)
+			}
+		}
+	}
+}

@@ -26,7 +26,7 @@ func newMetrics(queued func() int) *metrics {
 	}, []string{"backend", "class", "outcome"})
 	m.phases = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "wovyr_phase_seconds",
-		Help:    "Latency of each invocation phase: accept (request received to recorded as queued: decode, validation, select, admission, the record's commit), queue (accepted to admitted), prepare (admitted to sandbox ready), run (started to finished), commit (the terminal record's commit), total (accepted to recorded), respond (terminal record committed to response written).",
+		Help:    "Latency of each invocation phase: accept (request received to accepted: decode, validation, select, admission; the queued record commits beside the run, ADR 0044), queue (accepted to admitted), prepare (admitted to sandbox ready), run (started to finished), commit (the terminal record's commit), total (accepted to recorded), respond (terminal record committed to response written).",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18), // 0.5 ms … ~65 s
 	}, []string{"backend", "phase"})
 	m.running = prometheus.NewGauge(prometheus.GaugeOpts{

@@ -24,8 +24,12 @@ type job struct {
 	backend  sandbox.Backend
 	ticket   Ticket
 	received time.Time     // the request arrived (zero: not through the API)
-	accepted time.Time     // selected, admitted and recorded
-	record   time.Duration // the queued record's commit, within accept
+	accepted time.Time     // selected and admitted
+	admitted time.Time     // started at once (Admission.TryAcquire); zero: it waits in Acquire
+	record   atomic.Int64  // the queued record's commit, in ns
+	inAccept bool          // that commit held the request (a dispatched invocation's)
+	queued   chan struct{} // closed once the queued record is durable, or failed
+	queueErr error         // the queued record's error, set before queued closes
 	recorded atomic.Int64  // UnixNano when the terminal record was committed
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
@@ -37,9 +41,16 @@ type job struct {
 // submit is the admission half of the pipeline: select (floor-unmet is a
 // 409 before anything is recorded), admit, record as queued, and start the
 // invocation's goroutine. inv is validated and carries its tenant and id.
-// place says to tell the cluster (if any) that this node holds the record;
-// a dispatched invocation's executing node claimed it already.
-func (s *Server) submit(ctx context.Context, t *tenant, inv *sandbox.Invocation, received time.Time, place bool) (*job, error) {
+//
+// local says inv was submitted here, under an id this node just made
+// (sandbox.NewID): the cluster (if any) is told that this node holds the
+// record, and the queued record — with the start, if admission starts it
+// at once — commits beside the claim and the run (ADR 0044): nothing may
+// show the id before it is durable (job.awaitRecord), and a record that
+// fails cancels the run. A dispatched invocation (not local) carries an id
+// from the wire, which its executing node claimed already: its record is
+// written before anything runs, refusing an id recorded before.
+func (s *Server) submit(ctx context.Context, t *tenant, inv *sandbox.Invocation, received time.Time, local bool) (*job, error) {
 	if s.closing.Load() {
 		return nil, sandbox.Errorf(Unavailable, "", "the daemon is shutting down")
 	}
@@ -54,13 +65,37 @@ func (s *Server) submit(ctx context.Context, t *tenant, inv *sandbox.Invocation,
 	if err := s.adm.Admit(tk); err != nil {
 		return nil, err
 	}
-	j := &job{inv: inv, backend: b, ticket: tk, received: received, accepted: time.Now(), done: make(chan struct{}), out: stream.New()}
-	if err := s.store.BeginAt(inv, store.Queued, j.accepted, s.where); err != nil {
-		s.adm.Done(tk)
-		return nil, sandbox.Wrap(sandbox.BackendFailure, err, "record invocation")
+	j := &job{inv: inv, backend: b, ticket: tk, received: received, accepted: time.Now(), done: make(chan struct{}),
+		out: stream.New(), queued: make(chan struct{})}
+	j.ctx, j.cancel = context.WithCancelCause(s.base)
+	if local {
+		if s.adm.TryAcquire(tk) {
+			j.admitted = time.Now()
+		}
+		// Queued before the job's goroutine starts, so that every later
+		// write of the job commits after it.
+		s.store.BeginAsync(inv, store.Queued, j.accepted, s.where, b.Name(), j.admitted, func(err error) {
+			j.record.Store(int64(time.Since(j.accepted)))
+			if err != nil {
+				err = sandbox.Wrap(sandbox.BackendFailure, err, "record invocation")
+				j.cancel(err) // nothing runs on without its record
+				s.log.Error("record invocation", "id", inv.ID, "tenant", inv.Tenant, "error", err)
+			}
+			j.queueErr = err
+			close(j.queued)
+			s.note.notify(inv.ID)
+		})
+	} else {
+		if err := s.store.BeginAt(inv, store.Queued, j.accepted, s.where); err != nil {
+			j.cancel(nil)
+			s.adm.Done(tk)
+			return nil, sandbox.Wrap(sandbox.BackendFailure, err, "record invocation")
+		}
+		j.record.Store(int64(time.Since(j.accepted)))
+		j.inAccept = true
+		close(j.queued)
 	}
-	j.record = time.Since(j.accepted)
-	if place && s.shared() {
+	if local && s.shared() {
 		// Before the answer, so that the caller's next GET on any node
 		// finds it, and before it runs, so that its end is recorded after
 		// it. A NATS failure does not fail the invocation: this node
@@ -69,7 +104,6 @@ func (s *Server) submit(ctx context.Context, t *tenant, inv *sandbox.Invocation,
 			s.log.Warn("cluster placement", "id", inv.ID, "error", err)
 		}
 	}
-	j.ctx, j.cancel = context.WithCancelCause(s.base)
 	s.mu.Lock()
 	s.jobs[inv.ID] = j
 	s.wg.Add(1)
@@ -77,6 +111,17 @@ func (s *Server) submit(ctx context.Context, t *tenant, inv *sandbox.Invocation,
 	s.met.running.Inc()
 	go s.execute(j)
 	return j, nil
+}
+
+// awaitRecord waits until j's queued record is durable — nothing may show
+// the id before — and returns its error: the record's, or ctx's cause.
+func (j *job) awaitRecord(ctx context.Context) error {
+	select {
+	case <-j.queued:
+		return j.queueErr
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // execute is the rest of the pipeline, on the invocation's own goroutine.
@@ -97,19 +142,25 @@ func (s *Server) execute(j *job) {
 	defer s.adm.Done(j.ticket)
 	inv, b := j.inv, j.backend
 
-	if err := s.adm.Acquire(j.ctx, j.ticket); err != nil || j.ctx.Err() != nil {
-		s.finish(j, store.Failed, nil, sandbox.Wrap(sandbox.Killed, context.Cause(j.ctx), "cancelled before it started"), time.Time{})
+	admitted := j.admitted
+	if admitted.IsZero() {
+		if err := s.adm.Acquire(j.ctx, j.ticket); err != nil || j.ctx.Err() != nil {
+			s.finish(j, store.Failed, nil, sandbox.Wrap(sandbox.Killed, context.Cause(j.ctx), "cancelled before it started"), time.Time{})
+			return
+		}
+		admitted = time.Now()
+		s.store.StartAsync(inv.ID, b.Name(), admitted, func(err error) {
+			if err != nil {
+				s.log.Error("record start", "id", inv.ID, "error", err)
+			}
+			s.note.notify(inv.ID)
+		})
+	} else if j.ctx.Err() != nil { // admitted at once; its record holds the start
+		s.finish(j, store.Failed, nil, sandbox.Wrap(sandbox.Killed, context.Cause(j.ctx), "cancelled before it started"), admitted)
 		return
 	}
-	admitted := time.Now()
 	s.assignGPUs(inv)
 	j.started.Store(true)
-	s.store.StartAsync(inv.ID, b.Name(), admitted, func(err error) {
-		if err != nil {
-			s.log.Error("record start", "id", inv.ID, "error", err)
-		}
-		s.note.notify(inv.ID)
-	})
 	s.met.phase(b.Name(), "queue", admitted.Sub(j.accepted))
 
 	lease, err := s.acquire(j.ctx, b, inv)
@@ -184,9 +235,13 @@ func (s *Server) finish(j *job, st store.State, res *sandbox.Result, runErr erro
 	total := now.Sub(j.accepted)
 	s.met.phase(b, "total", total)
 	attrs := []any{"id", inv.ID, "tenant", inv.Tenant, "backend", b, "state", st, "class", class,
-		"exit_code", res.ExitCode, "total_ms", ms(total), "record_ms", ms(j.record), "commit_ms", ms(commit)}
+		"exit_code", res.ExitCode, "total_ms", ms(total), "record_ms", ms(time.Duration(j.record.Load())), "commit_ms", ms(commit)}
 	if !j.received.IsZero() {
-		attrs = append(attrs, "accept_ms", ms(j.accepted.Sub(j.received)+j.record))
+		accept := j.accepted.Sub(j.received)
+		if j.inAccept {
+			accept += time.Duration(j.record.Load())
+		}
+		attrs = append(attrs, "accept_ms", ms(accept))
 	}
 	if !admitted.IsZero() {
 		attrs = append(attrs, "queue_ms", ms(admitted.Sub(j.accepted)))

@@ -7,7 +7,10 @@
 // (429) → store.Begin (queued) → Admission.Acquire → store.Start (running) →
 // Prepare, Run, Destroy → store.Transition (done or failed). Every accepted
 // id ends done, failed or — if the daemon dies — lost, which start-up
-// records (Run) before it serves anything.
+// records (Run) before it serves anything. The queued record (with the
+// start, when admission starts it at once) commits beside the claim and the
+// run, not before them (ADR 0044); no answer shows the id before it is
+// durable, and the terminal record always commits after it.
 //
 // Sessions (/v1/sessions, sessions.go) take the same first steps —
 // authenticate, rate guard, validate, Select (kind session), admission —

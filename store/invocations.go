@@ -74,11 +74,15 @@ func (s *Store) Begin(inv *sandbox.Invocation, st State, now time.Time) error {
 
 // BeginAt is Begin for an invocation that runs at w.
 func (s *Store) BeginAt(inv *sandbox.Invocation, st State, now time.Time, w Where) error {
-	rec := Invocation{
+	return s.insert(bucketInvocations, "invocation", inv.ID, newRecord(inv, st, now, w))
+}
+
+// newRecord is inv's first record: in state st since now, at w.
+func newRecord(inv *sandbox.Invocation, st State, now time.Time, w Where) Invocation {
+	return Invocation{
 		ID: inv.ID, Tenant: inv.Tenant, SpecDigest: Digest(inv), State: st,
 		Transitions: []Transition{{st, now}}, Created: now, Where: w,
 	}
-	return s.insert(bucketInvocations, "invocation", inv.ID, rec)
 }
 
 // insert commits rec (a what) under id in bucket; an id already recorded
@@ -88,13 +92,17 @@ func (s *Store) insert(bucket []byte, what, id string, rec any) error {
 	if err != nil {
 		return err
 	}
-	return s.commit(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bucket)
-		if bk.Get([]byte(id)) != nil {
-			return fmt.Errorf("store: %s %s already recorded", what, id)
-		}
-		return bk.Put([]byte(id), b)
-	})
+	return s.commit(func(tx *bolt.Tx) error { return insertIn(tx, bucket, what, id, b) })
+}
+
+// insertIn puts b under id in bucket inside tx, refusing an id already
+// recorded before it writes anything.
+func insertIn(tx *bolt.Tx, bucket []byte, what, id string, b []byte) error {
+	bk := tx.Bucket(bucket)
+	if bk.Get([]byte(id)) != nil {
+		return fmt.Errorf("store: %s %s already recorded", what, id)
+	}
+	return bk.Put([]byte(id), b)
 }
 
 // Update applies fn to the record id inside one transaction. A record in a

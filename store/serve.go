@@ -1,9 +1,12 @@
 package store
 
 import (
+	"encoding/json"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/wovyr/wovyr/sandbox"
 )
 
 // Start moves id to Running on backend.
@@ -22,6 +25,26 @@ func (s *Store) StartAsync(id, backend string, now time.Time, then func(error)) 
 			then(err)
 		}
 	})
+}
+
+// BeginAsync is BeginAt without waiting for the write to be durable: then
+// runs once it is (or failed: an id already recorded is refused, and
+// nothing is written), on the store's committer, so it must not block. A
+// write queued after it returns — by any goroutine — is applied after it.
+// A non-zero started records, in the same write, the move to Running on
+// backend at started (as Start would), for an invocation admitted at once:
+// one commit instead of two.
+func (s *Store) BeginAsync(inv *sandbox.Invocation, st State, now time.Time, w Where, backend string, started time.Time, then func(error)) {
+	rec := newRecord(inv, st, now, w)
+	if !started.IsZero() {
+		_ = startFn(backend, started)(&rec)
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		then(err)
+		return
+	}
+	s.commitAsync(func(tx *bolt.Tx) error { return insertIn(tx, bucketInvocations, "invocation", inv.ID, b) }, then)
 }
 
 func startFn(backend string, now time.Time) func(*Invocation) error {

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -185,5 +186,54 @@ func TestGroupCommitIsolatesErrors(t *testing.T) {
 	})
 	if count != n {
 		t.Fatalf("%d records, want %d", count, n)
+	}
+}
+
+// TestBeginAsync: the first record, queued without waiting, holds the start
+// when it has one (one write: queued then running, on its backend); a
+// transition queued after it, from another goroutine, applies after it; a
+// duplicate id is refused to its callback and changes nothing.
+func TestBeginAsync(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	t0 := time.Unix(1000, 0)
+	await := func(f func(then func(error))) error {
+		ch := make(chan error, 1)
+		f(func(err error) { ch <- err })
+		return <-ch
+	}
+	inv := &sandbox.Invocation{ID: "a1", Tenant: "t"}
+	queued := make(chan error, 1)
+	s.BeginAsync(inv, Queued, t0, Where{Node: "n1"}, "native", t0.Add(time.Millisecond), func(err error) { queued <- err })
+	done := make(chan error, 1)
+	go func() { done <- s.Transition("a1", Done, &sandbox.Result{ExitCode: 7}, t0.Add(time.Second)) }()
+	if err := <-queued; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the terminal write queued after BeginAsync: %v", err)
+	}
+	rec, err := s.Get("a1")
+	want := []Transition{{Queued, t0}, {Running, t0.Add(time.Millisecond)}, {Done, t0.Add(time.Second)}}
+	if err != nil || rec.State != Done || rec.Backend != "native" || rec.Node != "n1" || rec.Result.ExitCode != 7 ||
+		fmt.Sprint(rec.Transitions) != fmt.Sprint(want) {
+		t.Fatalf("record %+v %v, want transitions %v", rec, err, want)
+	}
+
+	err = await(func(then func(error)) { s.BeginAsync(inv, Queued, t0.Add(time.Hour), Where{}, "", time.Time{}, then) })
+	if err == nil || !strings.Contains(err.Error(), "invocation a1 already recorded") {
+		t.Fatalf("duplicate BeginAsync: %v", err)
+	}
+	if again, _ := s.Get("a1"); !reflect.DeepEqual(again, rec) {
+		t.Fatalf("a refused BeginAsync changed the record: %+v", again)
+	}
+
+	if err := await(func(then func(error)) {
+		s.BeginAsync(&sandbox.Invocation{ID: "b1", Tenant: "t"}, Queued, t0, Where{}, "", time.Time{}, then)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := s.Get("b1"); rec.State != Queued || rec.Backend != "" || len(rec.Transitions) != 1 {
+		t.Fatalf("b1 = %+v, want queued only", rec)
 	}
 }
