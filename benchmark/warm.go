@@ -22,13 +22,7 @@ type Warm struct {
 
 // NewWarm returns a Warm of size sandboxes of b, prepared from tmpl.
 func NewWarm(ctx context.Context, b sandbox.Backend, tmpl sandbox.Template, size int) *Warm {
-	return NewWarmFrom(ctx, func(ctx context.Context) (sandbox.Sandbox, error) { return b.Prepare(ctx, tmpl) }, size)
-}
-
-// NewWarmFrom returns a Warm of size sandboxes made by prepare: for a peer
-// that must prepare as a pool does (clones of a golden snapshot where the
-// pool restores them), not only cold.
-func NewWarmFrom(ctx context.Context, prepare func(context.Context) (sandbox.Sandbox, error), size int) *Warm {
+	prepare := func(ctx context.Context) (sandbox.Sandbox, error) { return b.Prepare(ctx, tmpl) }
 	return &Warm{ctx: ctx, prepare: prepare, size: max(size, 1)}
 }
 

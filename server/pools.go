@@ -13,16 +13,22 @@ import (
 	"github.com/wovyr/wovyr/sandbox"
 )
 
-// reconcileEvery is how often the warm pools are topped up or trimmed.
-const reconcileEvery = 100 * time.Millisecond
+// ReconcileEvery is how often the daemon tops up or trims its warm pools.
+const ReconcileEvery = 100 * time.Millisecond
 
 func newPools(cfg config.Config, s *Server) (*pool.Group, error) {
+	return pool.NewGroup(pool.GroupConfig{Sizes: PoolSizes(cfg), Logger: s.log})
+}
+
+// PoolSizes are the pools' sizing rules of cfg (with its defaults): what
+// the daemon's pools are made with.
+func PoolSizes(cfg config.Config) []pool.Sizing {
 	sizes := make([]pool.Sizing, 0, len(cfg.Pools))
 	for _, p := range cfg.Pools {
 		sizes = append(sizes, pool.Sizing{Backend: p.Backend, Template: p.Template, MaxLive: p.MaxLive,
 			Autoscale: autoscale.Config{Min: p.MinWarm, Max: p.MaxWarm}})
 	}
-	return pool.NewGroup(pool.GroupConfig{Sizes: sizes, Logger: s.log})
+	return sizes
 }
 
 // acquire leases a sandbox for inv on b from the pool of (b, template).
@@ -70,7 +76,7 @@ func templateCheck(b sandbox.Backend, tmpl sandbox.Template) pool.Check {
 // Each pool reconciles on its own (pool.Group.ReconcileAsync): a microVM
 // pool booting a VM for seconds holds back no other pool's refill.
 func (s *Server) poolLoop(ctx context.Context) {
-	t := time.NewTicker(reconcileEvery)
+	t := time.NewTicker(ReconcileEvery)
 	defer t.Stop()
 	for {
 		select {

@@ -28,7 +28,7 @@ import (
 // started as its own process (default pools, one tenant), a request per
 // round — POST /v1/invocations?wait of /bin/true (a trivial module on
 // wasm) on each certified backend — paired in one run with the same claim
-// in-process on a sandbox prepared as a pool prepares it. Before each
+// in-process from a pool made as the daemon's (peerPool). Before each
 // round, untimed, both sides have a warm sandbox: the daemon's pool is
 // polled through /readyz, so the rows compare warm claims with warm claims.
 // With load.Rate > 0 it then sends that many requests per second to each
@@ -68,29 +68,27 @@ func httpBench(ctx context.Context, g *globals, only string, n int, load steadyL
 		}
 		b, _ := nd.mgr.Backend(st.Name)
 		inv := benchInvocation(st.Kinds[0], b.Strength())
-		prepare, how, err := poolPrepare(ctx, nd.mgr, b, manager.TemplateFor(inv))
+		peer, err := startPeerPool(ctx, nd.mgr, b, manager.TemplateFor(inv))
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "wovyr: bench --http: %s: %v\n", st.Name, err)
 			failed = append(failed, st.Name)
 			continue
 		}
-		warm := benchmark.NewWarmFrom(ctx, prepare, 1)
 		r, err := benchmark.Measure(benchmark.Pair{
 			Name:     "POST /v1/invocations?wait " + st.Name,
-			PeerName: "in-process warm claim (" + how + ")",
+			PeerName: "in-process pool claim",
 			Setup: func() error {
-				if err := warm.Refill(); err != nil {
+				if err := peer.awaitWarm(ctx, time.Minute); err != nil {
 					return err
 				}
 				return d.awaitWarm(ctx, st.Name, time.Minute)
 			},
 			Subject: func() error { _, err := d.submit(ctx, inv); return err },
-			Peer: func() error {
-				res, err := warm.Take().Run(ctx, inv)
-				return resultErr(res, err)
-			},
+			Peer:    func() error { return peer.claim(ctx, inv) },
 		}, n, 2)
-		warm.Close()
+		if cerr := peer.close(ctx); err == nil {
+			err = cerr
+		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "wovyr: bench --http: %s: %v\n", st.Name, d.withLog(err))
 			failed = append(failed, st.Name)
@@ -134,26 +132,6 @@ func httpBench(ctx context.Context, g *globals, only string, n int, load steadyL
 		return fmt.Errorf("failed on %s", strings.Join(failed, ", "))
 	}
 	return nil
-}
-
-// poolPrepare prepares sandboxes of tmpl on b as the daemon's pool does:
-// clones of the template's golden snapshot where b snapshots it, else cold
-// (how says which), so that the peer's warm claim is of the same kind of
-// sandbox as the daemon's. The golden is obtained once, before any round.
-func poolPrepare(ctx context.Context, m *manager.Manager, b sandbox.Backend, tmpl sandbox.Template) (prepare func(context.Context) (sandbox.Sandbox, error), how string, err error) {
-	cold := m.Factory(b, tmpl)
-	r := m.Restorer(b, tmpl)
-	if r == nil {
-		return cold, "cold", nil
-	}
-	g, err := r.Golden(ctx)
-	switch {
-	case errors.Is(err, sandbox.ErrNoSnapshot):
-		return cold, "cold", nil
-	case err != nil:
-		return nil, "", err
-	}
-	return func(ctx context.Context) (sandbox.Sandbox, error) { return r.Restore(ctx, g) }, "clone", nil
 }
 
 // benchInvocation is /bin/true, or a trivial module, pinned to strength s.
